@@ -1,0 +1,64 @@
+"""Checks on what users hand to `apply` / `loss_and_grad`, shared by both backends (pure NumPy).
+
+Each check raises a ValueError that says what was expected and what came.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .config import ViTConfig
+from .params import check_params
+
+
+def check_images(images, cfg: ViTConfig) -> None:
+    """Images must be (B, S, S, C) with S = cfg.image_size and C = cfg.channels, B >= 1."""
+    if not isinstance(cfg, ViTConfig):
+        raise ValueError(f"cfg must be a ViTConfig, got {type(cfg).__name__}")
+    shape = tuple(np.shape(images))
+    expected = f"(B, {cfg.image_size}, {cfg.image_size}, {cfg.channels})"
+    if len(shape) != 4:
+        raise ValueError(f"images must have shape {expected} (batch, height, width, channels); got shape {shape}")
+    batch, height, width, channels = shape
+    if batch < 1:
+        raise ValueError(f"images must hold at least one image; got shape {shape}")
+    if (height, width) != (cfg.image_size, cfg.image_size):
+        raise ValueError(f"images must be {cfg.image_size}x{cfg.image_size} pixels, shape {expected}; "
+                         f"got {height}x{width}, shape {shape}")
+    if channels != cfg.channels:
+        raise ValueError(f"images must have {cfg.channels} channels, shape {expected}; got {channels}, shape {shape}")
+    dtype = np.dtype(getattr(images, "dtype", np.asarray(images).dtype))
+    if not (np.issubdtype(dtype, np.floating) or np.issubdtype(dtype, np.integer)) or dtype == np.bool_:
+        raise ValueError(f"images must be a float (or integer) array, got dtype {dtype}")
+
+
+def check_labels(labels, batch: int, num_classes: int) -> None:
+    """Labels are (B,) integers in [0, K) or (B, K) target probabilities (mixup, label smoothing)."""
+    shape = tuple(np.shape(labels))
+    dtype = np.dtype(getattr(labels, "dtype", np.asarray(labels).dtype))
+    if len(shape) == 2:
+        if shape != (batch, num_classes):
+            raise ValueError(f"soft labels must have shape ({batch}, {num_classes}); got {shape}")
+        if not np.issubdtype(dtype, np.floating):
+            raise ValueError(f"soft labels must be floats, got dtype {dtype}")
+        return
+    if len(shape) != 1 or shape[0] != batch:
+        raise ValueError(f"labels must have shape ({batch},) (one per image) or ({batch}, {num_classes}); got {shape}")
+    if not np.issubdtype(dtype, np.integer):
+        raise ValueError(f"labels must be integers in [0, {num_classes}), got dtype {dtype}")
+    values = np.asarray(labels)
+    if values.size and (values.min() < 0 or values.max() >= num_classes):
+        raise ValueError(f"labels must be in [0, {num_classes}); got values from {values.min()} to {values.max()}")
+
+
+def check_call(params, images, cfg: ViTConfig, labels=None) -> None:
+    """Everything `apply` (labels=None) or `loss_and_grad` needs to hold before it runs."""
+    check_images(images, cfg)
+    check_params(params, cfg)
+    if labels is not None:
+        check_labels(labels, np.shape(images)[0], cfg.num_classes)
+
+
+def check_label_smoothing(label_smoothing) -> None:
+    if not (isinstance(label_smoothing, (int, float)) and 0.0 <= label_smoothing < 1.0):
+        raise ValueError(f"label_smoothing must be a number in [0, 1), got {label_smoothing!r}")

@@ -1,0 +1,226 @@
+"""Model configuration: frozen, hashable, validated dataclasses that round-trip through JSON.
+
+Both backends read the same `ViTConfig`; because it is frozen (hashable) the JAX backend can pass it to
+`jax.jit` as a static argument. Every field is checked on construction and a bad value raises a
+`ValueError` that names the field, says what was expected and what came.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+
+# The point-wise attention kinds of Wortsman et al. (2023), the softmax baseline, and sigmoid(s - log L).
+ATTENTION_KINDS = (
+    "softmax",       # softmax over keys (alpha and scale are ignored)
+    "relu",          # max(s, 0)
+    "relu2",         # max(s, 0)^2  (squared relu)
+    "gelu",          # tanh-approximated GELU
+    "softplus",      # log(1 + e^s)
+    "sigmoid",       # 1 / (1 + e^-s)
+    "relu6",         # min(max(s, 0), 6)
+    "identity",      # s itself: linear attention, no nonlinearity
+    "sigmoid_bias",  # sigmoid(s - log L) (Ramapuram et al. 2024); alpha is ignored
+)
+# FFN activations; softmax and softmax_ln are the key-value-memory study of Shen et al. (2023).
+MLP_ACTIVATIONS = ("gelu", "relu", "softmax", "softmax_ln")
+POOLS = ("cls", "gap")
+ATTENTION_IMPLS = ("dense", "blocked")
+
+
+def _check_int(owner: str, name: str, value, minimum: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{owner}.{name} must be an int, got {value!r} ({type(value).__name__})")
+    if value < minimum:
+        raise ValueError(f"{owner}.{name} must be >= {minimum}, got {value}")
+
+
+def _check_choice(owner: str, name: str, value, choices) -> None:
+    if value not in choices:
+        raise ValueError(f"{owner}.{name} must be one of {', '.join(choices)}; got {value!r}")
+
+
+def _check_bool(owner: str, name: str, value) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"{owner}.{name} must be True or False, got {value!r}")
+
+
+def _check_float(owner: str, name: str, value, *, minimum: float | None = None, positive: bool = False):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{owner}.{name} must be a finite number, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{owner}.{name} must be >= {minimum}, got {value}")
+    if positive and value <= 0:
+        raise ValueError(f"{owner}.{name} must be > 0, got {value}")
+
+
+class _JsonConfig:
+    """`to_dict` / `from_dict` / `to_json` / `from_json`, shared by the config classes."""
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict):
+        if not isinstance(data, dict):
+            raise ValueError(f"{cls.__name__}.from_dict expects a dict, got {type(data).__name__}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"{cls.__name__}: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        return cls(**data)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{cls.__name__}: config is not valid JSON ({error})") from None
+        return cls.from_dict(data)
+
+    def replace(self, **changes):
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class AttentionConfig(_JsonConfig):
+    """How attention weights are made from scores s = q.k / sqrt(Dh):  w = scale * L^-alpha * h(s)."""
+
+    kind: str = "relu"        # h: one of ATTENTION_KINDS; "relu" with alpha=1 is ReLU / L
+    alpha: float = 1.0        # length exponent: weights are divided by L**alpha (L = number of keys)
+    scale: float = 1.0        # constant multiplier on the point-wise weights (ReLUFormer's sqrt(2)/gamma)
+    qk_norm: bool = False     # LayerNorm over Dh of q and k before the dot product (ViT-22B)
+    gated: bool = False       # multiply the attention output by silu(x W_g + b_g) before the projection
+    impl: str = "dense"       # "dense" holds the T x T weights; "blocked" walks key blocks (long sequences)
+    block_size: int | None = None  # keys per block for impl="blocked" (None: the backend picks)
+
+    def __post_init__(self):
+        owner = "AttentionConfig"
+        _check_choice(owner, "kind", self.kind, ATTENTION_KINDS)
+        _check_float(owner, "alpha", self.alpha, minimum=0.0)
+        _check_float(owner, "scale", self.scale, positive=True)
+        _check_bool(owner, "qk_norm", self.qk_norm)
+        _check_bool(owner, "gated", self.gated)
+        _check_choice(owner, "impl", self.impl, ATTENTION_IMPLS)
+        if self.block_size is not None:
+            _check_int(owner, "block_size", self.block_size)
+        # Store plain floats so that equal configs hash equally (1 and 1.0 alike) and JSON round-trips.
+        object.__setattr__(self, "alpha", float(self.alpha))
+        object.__setattr__(self, "scale", float(self.scale))
+
+
+@dataclass(frozen=True)
+class ViTConfig(_JsonConfig):
+    """A Vision Transformer. The defaults are the SPEC reference model (ViT 192 wide, 6 deep, patch 4)."""
+
+    image_size: int = 32          # images are image_size x image_size pixels
+    patch_size: int = 4           # square patches; image_size must be a multiple of it
+    channels: int = 3             # colour channels of the input
+    num_classes: int = 10         # K, outputs of the head
+    dim: int = 192                # D, token width
+    depth: int = 6                # number of transformer blocks
+    heads: int = 3                # H; dim must be a multiple of it (Dh = dim / heads)
+    mlp_dim: int = 384            # M, hidden width of the MLP (the number of memory slots in Shen et al.)
+    pool: str = "cls"             # "cls": head reads the class token; "gap": the mean over tokens
+    mlp_activation: str = "gelu"  # one of MLP_ACTIVATIONS
+    attention: AttentionConfig = field(default_factory=AttentionConfig)
+
+    def __post_init__(self):
+        owner = "ViTConfig"
+        for name in ("image_size", "patch_size", "channels", "num_classes", "dim", "depth", "heads", "mlp_dim"):
+            _check_int(owner, name, getattr(self, name))
+        if self.num_classes < 2:
+            raise ValueError(f"ViTConfig.num_classes must be >= 2, got {self.num_classes}")
+        if self.image_size % self.patch_size:
+            raise ValueError(
+                f"ViTConfig.image_size ({self.image_size}) must be divisible by ViTConfig.patch_size "
+                f"({self.patch_size})")
+        if self.dim % self.heads:
+            raise ValueError(f"ViTConfig.dim ({self.dim}) must be divisible by ViTConfig.heads ({self.heads})")
+        _check_choice(owner, "pool", self.pool, POOLS)
+        _check_choice(owner, "mlp_activation", self.mlp_activation, MLP_ACTIVATIONS)
+        if isinstance(self.attention, dict):  # from_dict / JSON hands us a plain dict
+            object.__setattr__(self, "attention", AttentionConfig.from_dict(self.attention))
+        if not isinstance(self.attention, AttentionConfig):
+            raise ValueError(f"ViTConfig.attention must be an AttentionConfig, got {type(self.attention).__name__}")
+
+    @property
+    def head_dim(self) -> int:
+        """Dh, the width of one head."""
+        return self.dim // self.heads
+
+    @property
+    def num_patches(self) -> int:
+        """N, patches per image."""
+        return (self.image_size // self.patch_size) ** 2
+
+    @property
+    def num_tokens(self) -> int:
+        """T, tokens per image: the patches plus the class token when pool == "cls"."""
+        return self.num_patches + (1 if self.pool == "cls" else 0)
+
+    @property
+    def patch_dim(self) -> int:
+        """P*P*C, the length of one flattened patch."""
+        return self.patch_size * self.patch_size * self.channels
+
+    def flops_per_image(self, backward: bool = True) -> float:
+        """Matmul FLOPs for one image (2 per multiply-add); forward+backward counts 3x the forward."""
+        t, d, m = self.num_tokens, self.dim, self.mlp_dim
+        per_block = 2 * t * d * 3 * d + 2 * t * t * d * 2 + 2 * t * d * d + 2 * t * d * m * 2
+        if self.attention.gated:
+            per_block += 2 * t * d * d
+        forward = 2 * self.num_patches * self.patch_dim * d + self.depth * per_block + 2 * d * self.num_classes
+        return forward * (3 if backward else 1)
+
+
+@dataclass(frozen=True)
+class OptimizerConfig(_JsonConfig):
+    """AdamW with decoupled weight decay, global-norm clipping and a warm-up + cosine schedule.
+
+    Both backends implement exactly optax's
+        chain(clip_by_global_norm(clip_norm),
+              adamw(warmup_cosine_decay_schedule(0, learning_rate, warmup_steps, total_steps,
+                                                 end_learning_rate), b1, b2, eps, weight_decay,
+                    mask=decay_mask))
+    so the NumPy optimizer and the optax one give the same update for the same gradients.
+    """
+
+    learning_rate: float = 1e-3       # peak learning rate, reached at the end of the warm-up
+    end_learning_rate: float = 0.0    # where the cosine ends, at total_steps
+    warmup_steps: int = 0             # linear warm-up from 0 over this many steps
+    total_steps: int = 1000           # length of the whole schedule (warm-up included)
+    weight_decay: float = 0.05        # decoupled, on dense weights `w` only (see params.decay_mask)
+    b1: float = 0.9                   # Adam's first-moment decay
+    b2: float = 0.999                 # Adam's second-moment decay
+    eps: float = 1e-8                 # Adam's denominator guard
+    clip_norm: float | None = 1.0     # clip gradients to this global L2 norm; None turns clipping off
+
+    def __post_init__(self):
+        owner = "OptimizerConfig"
+        _check_float(owner, "learning_rate", self.learning_rate, positive=True)
+        _check_float(owner, "end_learning_rate", self.end_learning_rate, minimum=0.0)
+        _check_int(owner, "warmup_steps", self.warmup_steps, minimum=0)
+        _check_int(owner, "total_steps", self.total_steps)
+        if self.warmup_steps >= self.total_steps:
+            raise ValueError(f"OptimizerConfig.warmup_steps ({self.warmup_steps}) must be less than "
+                             f"OptimizerConfig.total_steps ({self.total_steps})")
+        _check_float(owner, "weight_decay", self.weight_decay, minimum=0.0)
+        for name in ("b1", "b2"):
+            value = getattr(self, name)
+            _check_float(owner, name, value, minimum=0.0)
+            if value >= 1:
+                raise ValueError(f"OptimizerConfig.{name} must be in [0, 1), got {value}")
+        _check_float(owner, "eps", self.eps, positive=True)
+        if self.clip_norm is not None:
+            _check_float(owner, "clip_norm", self.clip_norm, positive=True)
+        for name in ("learning_rate", "end_learning_rate", "weight_decay", "b1", "b2", "eps"):
+            object.__setattr__(self, name, float(getattr(self, name)))
+        if self.clip_norm is not None:
+            object.__setattr__(self, "clip_norm", float(self.clip_norm))
