@@ -22,10 +22,10 @@ from . import sharding
 from .attention import attention, attention_weights
 from .model import apply, forward, loss_and_grad, loss_and_logits
 from .sharding import data_mesh, make_sharded_train_step, replicate, shard_batch, sharded_train_step
-from .train import init_optimizer, learning_rate, make_optimizer, make_train_step, train_step
+from .train import adamw_update, init_optimizer, learning_rate, make_optimizer, make_train_step, train_step
 
 __all__ = [
     "apply", "loss_and_grad", "attention", "attention_weights", "init_optimizer", "train_step", "learning_rate",
-    "forward", "loss_and_logits", "make_optimizer", "make_train_step",
+    "forward", "loss_and_logits", "adamw_update", "make_optimizer", "make_train_step",
     "sharding", "data_mesh", "replicate", "shard_batch", "make_sharded_train_step", "sharded_train_step",
 ]

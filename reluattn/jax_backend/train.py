@@ -43,10 +43,12 @@ from .model import canonical_compute_dtype, check_inputs, loss_and_logits
 
 def schedule(opt_cfg: OptimizerConfig) -> optax.Schedule:
     """Linear warm-up from 0 to learning_rate over warmup_steps, then cosine to end_learning_rate at
-    total_steps (constant after)."""
-    return optax.warmup_cosine_decay_schedule(
+    total_steps (constant after). Returns JAX's default float: float64 when x64 is on."""
+    warmup_cosine = optax.warmup_cosine_decay_schedule(
         init_value=0.0, peak_value=opt_cfg.learning_rate, warmup_steps=opt_cfg.warmup_steps,
         decay_steps=opt_cfg.total_steps, end_value=opt_cfg.end_learning_rate)
+    # optax's int32 step count would make the rate float32 even with x64 on; a float count keeps float64.
+    return lambda count: warmup_cosine(jnp.asarray(count, dtype=float))
 
 
 def learning_rate(step, opt_cfg: OptimizerConfig):
@@ -102,10 +104,19 @@ def from_optax_state(state) -> dict:
     return {"step": adam.count, "mu": adam.mu, "nu": adam.nu}
 
 
+def adamw_update(params, grads, opt_state: dict, opt_cfg: OptimizerConfig):
+    """One optimizer update from gradients: (new params, new state, gradient norm before clipping, learning
+    rate used). Pure and jit-traceable; the same contract as the NumPy backend's `optim.adamw_update`."""
+    optimizer = make_optimizer(opt_cfg)
+    updates, new_state = optimizer.update(grads, to_optax_state(optimizer, params, opt_state), params)
+    rate = schedule(opt_cfg)(opt_state["step"])
+    return optax.apply_updates(params, updates), from_optax_state(new_state), optax.tree.norm(grads), rate
+
+
 def accuracy(logits, labels):
     """Fraction of images whose top logit is the label (for soft labels: their most likely class)."""
     targets = labels if labels.ndim == 1 else jnp.argmax(labels, axis=-1)  # (B,)
-    return jnp.mean(jnp.argmax(logits, axis=-1) == targets)
+    return jnp.mean((jnp.argmax(logits, axis=-1) == targets).astype(logits.dtype))
 
 
 def make_train_step(cfg: ViTConfig, opt_cfg: OptimizerConfig, *, label_smoothing=0.0, compute_dtype=None,
@@ -117,22 +128,16 @@ def make_train_step(cfg: ViTConfig, opt_cfg: OptimizerConfig, *, label_smoothing
     """
     check_label_smoothing(label_smoothing)
     compute_dtype = canonical_compute_dtype(compute_dtype)
-    optimizer = make_optimizer(opt_cfg)
-    lr_schedule = schedule(opt_cfg)
+    make_optimizer(opt_cfg)  # checks opt_cfg now rather than at the first trace
 
     def step(params, opt_state, images, labels, key=None):
         if augment is not None:
             images, labels = augment(key, images, labels)
         (loss, logits), grads = jax.value_and_grad(loss_and_logits, has_aux=True)(
             params, images, labels, cfg, label_smoothing, compute_dtype)
-        updates, new_state = optimizer.update(grads, to_optax_state(optimizer, params, opt_state), params)
-        metrics = {
-            "loss": loss,
-            "accuracy": accuracy(logits, labels),
-            "grad_norm": optax.global_norm(grads),
-            "learning_rate": lr_schedule(opt_state["step"]),
-        }
-        return optax.apply_updates(params, updates), from_optax_state(new_state), metrics
+        params, opt_state, grad_norm, rate = adamw_update(params, grads, opt_state, opt_cfg)
+        metrics = {"loss": loss, "accuracy": accuracy(logits, labels), "grad_norm": grad_norm, "learning_rate": rate}
+        return params, opt_state, metrics
 
     return step
 
