@@ -99,8 +99,8 @@ def index_image_folder(path) -> FolderIndex:
     if depths == {4} and len({parts[0] for parts in images}) == 1:
         prefix = images[0][:1]  # a zip of the dataset's folder: strip the one wrapping folder
     elif depths == {2}:
-        raise DataError(f"{path} holds class folders with images but no split folders; put them in a split "
-                        f"folder ({path}/train/<class>/<image>) and point --data at the folder above it")
+        raise DataError(f"{path}: images sit one folder deep ({'/'.join(images[0])}) but an image folder needs "
+                        f"<split>/<class>/<image> (e.g. train/cat/0001.png): put class folders in split folders")
     stray = next((parts for parts in images if len(parts) != 3 + len(prefix)), None)
     if stray is not None:
         raise DataError(f"{path}: image {'/'.join(stray)} is not at <split>/<class>/<image>; move or remove it")
