@@ -199,12 +199,13 @@ def test_missing_path_is_a_clear_error(tmp_path):
 # ------------------------------------------------------------------------------------- the shared zip
 
 SHARED_ZIP = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "cifar10-train.zip"
+ENVIRONMENT_DATA = os.environ.get("RELUATTN_DATA")  # read before the fixture hides it from load_dataset
 CIFAR10_ORDER = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 
 
 def shared_zip() -> Path:
     """RELUATTN_DATA when it names a zip, else ../shared/data/cifar10-train.zip beside the repository."""
-    candidate = os.environ.get("RELUATTN_DATA")
+    candidate = ENVIRONMENT_DATA
     path = Path(candidate) if candidate and candidate.endswith(".zip") else SHARED_ZIP
     assert path.is_file(), (f"the shared CIFAR-10 zip is missing at {path}: set RELUATTN_DATA to "
                             f"cifar10-train.zip or place it at ../shared/data/ beside the repository")

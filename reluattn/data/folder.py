@@ -200,6 +200,8 @@ def worker_count(workers: int | None, count: int) -> int:
 def decode_images(root, is_zip: bool, members: list[str], *, progress: bool = True,
                   workers: int | None = None, description: str = "decoding images") -> np.ndarray:
     """Decode `members` of a folder or zip into one (N, H, W, 3) uint8 array, in the given order."""
+    if not members:
+        raise DataError(f"{root}: no images to decode")
     chunks = [members[start:start + CHUNK_SIZE] for start in range(0, len(members), CHUNK_SIZE)]
     workers = min(worker_count(workers, len(members)), len(chunks))
     with tqdm(total=len(members), desc=description, unit="img", disable=not progress, leave=False) as bar:
@@ -226,8 +228,8 @@ def _decode_in_pool(root: str, is_zip: bool, chunks: list, workers: int, bar) ->
     context = multiprocessing.get_context("spawn")
     images, starts = None, np.cumsum([0] + [len(chunk) for chunk in chunks])
     first_shape = None
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=_open_source,
-                             initargs=(root, is_zip)) as pool:
+    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_open_source, initargs=(root, is_zip))
+    try:
         futures = {pool.submit(_decode_chunk, chunk): index for index, chunk in enumerate(chunks)}
         for future in as_completed(futures):
             index = futures[future]
@@ -236,11 +238,11 @@ def _decode_in_pool(root: str, is_zip: bool, chunks: list, workers: int, bar) ->
                 first_shape = (chunks[index][0], part.shape[1:])
                 images = np.empty((int(starts[-1]), *part.shape[1:]), dtype=np.uint8)  # (N, H, W, C)
             elif part.shape[1:] != images.shape[1:]:
-                for other in futures:
-                    other.cancel()
                 raise _size_error(root, chunks[index][0], part.shape[1:], *first_shape)
             images[starts[index]:starts[index + 1]] = part
             bar.update(len(part))
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)  # on an error, stop at once instead of decoding the rest
     return images
 
 
