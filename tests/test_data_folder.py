@@ -54,8 +54,8 @@ def test_classes_sorted_and_labels_right(image_dataset, split):
     assert counts == {name: LAYOUT[split].get(name, 0) for name in SORTED_CLASSES}
     # Sorted by class, then by file name.
     assert list(data.labels) == sorted(data.labels)
-    for label in range(3):
-        np.testing.assert_array_equal(data.images[data.labels == label, 3, 3, 1], np.arange(counts[SORTED_CLASSES[label]]))
+    for label, name in enumerate(SORTED_CLASSES):
+        np.testing.assert_array_equal(data.images[data.labels == label, 3, 3, 1], np.arange(counts[name]))
 
 
 def test_class_numbering_is_shared_by_splits(tmp_path):
@@ -73,9 +73,10 @@ def test_missing_split_lists_the_existing_ones(image_dataset):
     assert "validation" in message and "test, train" in message
 
 
-def test_zip_with_one_wrapping_folder(tmp_path):
+@pytest.mark.parametrize("wrapper", ["mydata/", "./", "./mydata/"])
+def test_zip_with_one_wrapping_folder(tmp_path, wrapper):
     files, truth = image_folder_files(LAYOUT)
-    path = write_zip(tmp_path / "wrapped.zip", {f"mydata/{name}": data for name, data in files.items()})
+    path = write_zip(tmp_path / "wrapped.zip", {f"{wrapper}{name}": data for name, data in files.items()})
     data = load_dataset(path, "train", cache=False)
     assert data.class_names == SORTED_CLASSES and len(data) == len(truth["train"])
     check_labels_match_pixels(data)

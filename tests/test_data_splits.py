@@ -15,7 +15,8 @@ def private_cache(tmp_path, monkeypatch):
 
 def numbered(count: int) -> Dataset:
     """A dataset whose image i is filled with i % 256 and labelled i % 7, so any selection can be checked."""
-    images = (np.arange(count, dtype=np.int64) % 256).astype(np.uint8)[:, None, None, None] * np.ones((1, 4, 4, 3), np.uint8)
+    values = (np.arange(count) % 256).astype(np.uint8)
+    images = np.broadcast_to(values[:, None, None, None], (count, 4, 4, 3)).copy()
     labels = (np.arange(count) % 7).astype(np.int32)
     return Dataset(images, labels, tuple(f"c{i}" for i in range(7)), "folder", "train", "numbers")
 

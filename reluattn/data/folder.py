@@ -88,9 +88,12 @@ def index_image_folder(path) -> FolderIndex:
     path = Path(path)
     is_zip = path.is_file()
     files, folders = _list_zip(path) if is_zip else _list_folder(path)
-    images = [tuple(part for part in name.split("/") if part not in ("", ".")) for name in files
-              if name.lower().endswith(IMAGE_SUFFIXES)]
-    images = [parts for parts in images if not _hidden(parts)]
+    member_of = {}  # path parts (without "." and empty parts) -> the member's name as stored
+    for name in files:
+        parts = tuple(part for part in name.split("/") if part not in ("", "."))
+        if name.lower().endswith(IMAGE_SUFFIXES) and not _hidden(parts):
+            member_of[parts] = name
+    images = list(member_of)
     if not images:
         raise DataError(f"{path} holds no JPEG/PNG images in <split>/<class>/<image> folders; point --data at "
                         f"a CIFAR archive or an image folder like train/cat/0001.jpg")
@@ -104,18 +107,17 @@ def index_image_folder(path) -> FolderIndex:
     stray = next((parts for parts in images if len(parts) != 3 + len(prefix)), None)
     if stray is not None:
         raise DataError(f"{path}: image {'/'.join(stray)} is not at <split>/<class>/<image>; move or remove it")
-    images = sorted(parts[len(prefix):] for parts in images)
-    class_names = tuple(sorted({parts[1] for parts in images}))
-    split_names = {parts[0] for parts in images}
+    class_names = tuple(sorted({parts[len(prefix) + 1] for parts in images}))
+    split_names = {parts[len(prefix)] for parts in images}
     for parts in sorted({tuple(name.split("/"))[len(prefix):] for name in folders}):
         if len(parts) == 2 and parts[0] in split_names and parts[1] not in class_names and not _hidden(parts):
             raise DataError(f"{path}: class folder {'/'.join(prefix + parts)} holds no JPEG/PNG images in any "
                             f"split; add images or remove the folder")
     label_of = {name: position for position, name in enumerate(class_names)}
     splits: dict = {}
-    for parts in images:
-        member = "/".join(prefix + parts)
-        splits.setdefault(parts[0], []).append((member, label_of[parts[1]]))
+    for parts, member in member_of.items():
+        split, class_name = parts[len(prefix):len(prefix) + 2]
+        splits.setdefault(split, []).append((member, label_of[class_name]))
     for split, entries in splits.items():  # sorted by class, then by file name
         splits[split] = tuple(sorted(entries, key=lambda entry: (entry[1], entry[0])))
     return FolderIndex(str(path), is_zip, class_names, splits)
