@@ -226,3 +226,10 @@ def test_shared_cifar10_zip_index_and_a_sample():
     images = decode_images(index.root, True, [members[i] for i in sample], progress=False, workers=1)
     assert images.shape == (100, 32, 32, 3) and images.dtype == np.uint8
     assert 60 < images.mean() < 180 and images.std() > 30  # real photographs, not blank
+
+
+@pytest.mark.parametrize("workers", [0, -1, 1.5, True])
+def test_bad_worker_counts_are_refused(tmp_path, workers):
+    files, _ = image_folder_files(LAYOUT)
+    with pytest.raises(DataError, match="workers must be"):
+        load_dataset(write_zip(tmp_path / "f.zip", files), "train", cache=False, workers=workers)

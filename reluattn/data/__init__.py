@@ -119,7 +119,7 @@ def load_dataset(data=None, split: str = "train", *, dataset: str | None = None,
     split:   "train" / "test" for CIFAR; a top-level folder name for image folders.
     dataset: "cifar10", "cifar100", "folder", or None to tell from `data` (it picks what None downloads).
     cache:   keep decoded arrays in the cache folder (RELUATTN_CACHE, else ~/.cache/reluattn).
-    workers: processes decoding image files (None: the available CPUs for large folders).
+    workers: processes decoding image files (None or 1: this one; more need a __main__ guard, see folder.py).
     """
     if dataset not in (None, *DATASETS):
         raise DataError(f"--dataset must be one of {', '.join(DATASETS)}; got {dataset!r}")

@@ -3,8 +3,11 @@
 The class index of an image is the position of its class folder's name in the sorted list of class names
 (taken over all splits, so every split numbers the classes alike). Images are decoded with Pillow to RGB
 uint8 without resizing; all images of a dataset must share one size. Zip members are read in memory.
-Decoding is spread over worker processes for large datasets (started with "spawn", which is safe in a
-process that has already started JAX's threads).
+Decoding runs in this process unless `workers` > 1 asks for worker processes. They are started with
+"spawn" (safe after JAX has started its threads), which re-imports the main script in each worker: a
+script that asks for workers needs the `if __name__ == "__main__":` guard (`python -m reluattn` and the
+`reluattn` command have it). The gain is modest (measured in the data helper's report) and the decoded
+arrays are cached, so one process is the default.
 """
 
 from __future__ import annotations
@@ -27,7 +30,6 @@ from tqdm.auto import tqdm
 from .errors import DataError
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
-PARALLEL_MINIMUM = 4096  # below this many images, starting worker processes costs more than it saves
 CHUNK_SIZE = 1024        # images per task handed to a worker (also the progress bar's step)
 
 
@@ -189,14 +191,13 @@ def _decode_chunk(members: list[str]) -> np.ndarray:
     return _decode_with(_reader, members)
 
 
-def worker_count(workers: int | None, count: int) -> int:
-    """Worker processes for decoding `count` images: the CPUs this process may use, or 1 when small."""
-    if workers is not None:
-        return max(1, int(workers))
-    if count < PARALLEL_MINIMUM:
+def worker_count(workers: int | None) -> int:
+    """Processes to decode with: `workers`, or 1 (this process) when None."""
+    if workers is None:
         return 1
-    available = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(available, 8))
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise DataError(f"workers must be a whole number >= 1, got {workers!r}")
+    return workers
 
 
 def decode_images(root, is_zip: bool, members: list[str], *, progress: bool = True,
@@ -205,13 +206,16 @@ def decode_images(root, is_zip: bool, members: list[str], *, progress: bool = Tr
     if not members:
         raise DataError(f"{root}: no images to decode")
     chunks = [members[start:start + CHUNK_SIZE] for start in range(0, len(members), CHUNK_SIZE)]
-    workers = min(worker_count(workers, len(members)), len(chunks))
+    workers = min(worker_count(workers), len(chunks))
     with tqdm(total=len(members), desc=description, unit="img", disable=not progress, leave=False) as bar:
         if workers > 1:
             try:
                 return _decode_in_pool(str(root), is_zip, chunks, workers, bar)
-            except (BrokenProcessPool, OSError, RuntimeError) as error:  # e.g. no fork/spawn allowed here
-                warnings.warn(f"decoding in {workers} processes failed ({error}); decoding in this one")
+            except BrokenProcessPool as error:
+                raise DataError(f"the {workers} decoding processes died ({error}); decode with workers=1, or put "
+                                f"your script's code under if __name__ == '__main__':") from error
+            except OSError as error:  # no processes or semaphores allowed here: decode in this one
+                warnings.warn(f"could not start {workers} decoding processes ({error}); decoding in this one")
                 bar.reset()
         reader = _Reader(str(root), is_zip)
         try:
