@@ -38,6 +38,9 @@ class FileServer:
                 requested = self.headers.get("Range")
                 server.ranges.append(requested)
                 start = int(requested[len("bytes="):].split("-")[0]) if requested and server.honour_range else 0
+                if start >= len(server.payload):
+                    self.send_error(416)
+                    return
                 body = server.payload[start:]
                 self.send_response(206 if start else 200)
                 if start:
@@ -184,3 +187,19 @@ def test_load_dataset_downloads_cifar_into_the_cache_once(tmp_path, monkeypatch)
 def test_fetch_refuses_unknown_datasets():
     with pytest.raises(DataError, match="cifar10, cifar100"):
         fetch_cifar("imagenet")
+
+
+def test_whole_part_file_left_by_a_crash_before_the_rename(tmp_path):
+    destination = tmp_path / "file.tar.gz"
+    (tmp_path / "file.tar.gz.part").write_bytes(PAYLOAD)  # downloaded, killed before verifying
+    with FileServer(PAYLOAD) as server:
+        download(server.url, destination, PAYLOAD_MD5, progress=False)
+    assert server.ranges == [f"bytes={len(PAYLOAD)}-"] and destination.read_bytes() == PAYLOAD
+
+
+def test_part_file_longer_than_the_file_restarts(tmp_path):
+    destination = tmp_path / "file.tar.gz"
+    (tmp_path / "file.tar.gz.part").write_bytes(PAYLOAD + b"junk")
+    with FileServer(PAYLOAD) as server:
+        download(server.url, destination, PAYLOAD_MD5, progress=False)
+    assert server.ranges == [f"bytes={len(PAYLOAD) + 4}-", None] and destination.read_bytes() == PAYLOAD

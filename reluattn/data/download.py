@@ -109,7 +109,10 @@ def download(url: str, destination, md5: str, *, progress: bool = True, timeout:
         try:
             response = _open(url, offset, timeout)
         except urllib.error.HTTPError as error:
-            if error.code == 416 and offset:  # our partial file is no prefix of theirs: restart
+            if error.code == 416 and offset:  # nothing after our offset: the part is whole, or is garbage
+                if md5_of(part) == md5:
+                    os.replace(part, destination)
+                    return destination
                 part.unlink()
                 continue
             raise DataError(f"could not download {name} from {url}: HTTP {error.code} {error.reason}; try again "
