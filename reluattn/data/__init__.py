@@ -1,5 +1,5 @@
 """Datasets as uint8 arrays: CIFAR-10/100 archives (safely unpickled), image folders and zips, downloads,
-a decoded-array cache, validation splits and subsets. NumPy, Pillow and the standard library only.
+a decoded-array cache, validation splits and subsets. NumPy, Pillow, tqdm and the standard library only.
 
     from reluattn.data import load_dataset, split_validation, take_subset
     full = load_dataset("../shared/data/cifar10-train.zip", "train")   # or a CIFAR .tar.gz, or None
