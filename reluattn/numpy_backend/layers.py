@@ -70,24 +70,28 @@ def sigmoid(x):
 
 def gelu(x):
     """GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
-    return 0.5 * x * (1.0 + np.tanh(GELU_C * (x + 0.044715 * x ** 3)))
+    # x * x * x rather than x ** 3: NumPy's power is tens of times slower on negative floats.
+    return 0.5 * x * (1.0 + np.tanh(GELU_C * (x + 0.044715 * x * x * x)))
 
 
-def gelu_derivative(x):
-    """d gelu / dx, from the product rule on 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3)."""
-    tanh_u = np.tanh(GELU_C * (x + 0.044715 * x ** 3))
+def gelu_derivative(x, tanh_u=None):
+    """d gelu / dx, from the product rule on 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3).
+    `tanh_u`, when the forward kept it, saves computing tanh(u) again."""
+    if tanh_u is None:
+        tanh_u = np.tanh(GELU_C * (x + 0.044715 * x * x * x))
     du_dx = GELU_C * (1.0 + 3 * 0.044715 * x * x)
     return 0.5 * (1.0 + tanh_u) + 0.5 * x * (1.0 - tanh_u * tanh_u) * du_dx
 
 
 def gelu_forward(x):
-    return gelu(x), (x,)
+    tanh_u = np.tanh(GELU_C * (x + 0.044715 * x * x * x))  # (..., F), kept for the backward
+    return 0.5 * x * (1.0 + tanh_u), (x, tanh_u)
 
 
 def gelu_backward(dout, cache):
-    (x,) = cache
+    x, tanh_u = cache
     # Differentiates out = gelu(x).
-    return dout * gelu_derivative(x)
+    return dout * gelu_derivative(x, tanh_u)
 
 
 def relu_forward(x):
