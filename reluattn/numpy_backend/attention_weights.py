@@ -18,7 +18,7 @@ from .layers import gelu, gelu_derivative, sigmoid, softmax, softmax_backward
 
 
 def pointwise(kind, scores):
-    """h(s) for a point-wise kind."""
+    """h(s) for a point-wise kind, entry by entry: the result has the scores' shape (..., L)."""
     if kind == "relu":
         return np.maximum(scores, 0.0)
     if kind == "relu2":
@@ -37,7 +37,8 @@ def pointwise(kind, scores):
 
 
 def pointwise_derivative(kind, scores):
-    """h'(s) for a point-wise kind; relu's derivative is 0 at 0, relu6's is 0 at 0 and at 6."""
+    """h'(s) for a point-wise kind, shaped like the scores (..., L); relu's derivative is 0 at 0,
+    relu6's is 0 at 0 and at 6."""
     if kind == "relu":
         return (scores > 0).astype(scores.dtype)
     if kind == "relu2":
@@ -47,7 +48,7 @@ def pointwise_derivative(kind, scores):
     if kind == "softplus":
         return sigmoid(scores)
     if kind == "sigmoid":
-        sig = sigmoid(scores)
+        sig = sigmoid(scores)  # (..., L)
         return sig * (1.0 - sig)
     if kind == "relu6":
         return ((scores > 0) & (scores < 6)).astype(scores.dtype)

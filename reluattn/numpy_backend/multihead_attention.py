@@ -7,7 +7,8 @@ Two levels:
       fused qkv dense -> optional qk-LayerNorm -> core -> heads concatenated -> optional gate -> proj
 
 Inside, heads stay on their own axis next to the batch, (B, H, T, Dh), so every product is one batched
-matmul over (B, H); there are no Python loops over tokens or heads.
+matmul over (B, H); there are no Python loops over tokens or heads. AttentionConfig.impl and block_size
+are not used here: this backend always holds the whole (B, H, T, L) weight array (what "dense" means).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import math
 
 import numpy as np
 
+from ..config import AttentionConfig
 from .attention_weights import attention_weights_backward, attention_weights_forward
 from .layers import (dense_backward, dense_forward, layernorm_backward, layernorm_forward, silu_backward,
                      silu_forward)
@@ -67,6 +69,8 @@ def attention_backward(dout, cache, attn_cfg):
 def attention(q, k, v, attn_cfg):
     """Multi-head attention core, no projections: q, k, v (B, L, H, Dh) -> (B, L, H, Dh).
     Scores are q.k / sqrt(Dh) (do any qk-norm before calling); weights as `attn_cfg` says."""
+    if not isinstance(attn_cfg, AttentionConfig):
+        raise ValueError(f"attn_cfg must be an AttentionConfig, got {type(attn_cfg).__name__}")
     q, k, v = (np.asarray(t) for t in (q, k, v))
     if not (q.ndim == 4 and q.shape == k.shape == v.shape):
         raise ValueError(f"attention expects q, k, v of one shape (B, L, H, Dh); got {q.shape}, {k.shape}, {v.shape}")

@@ -39,7 +39,9 @@ def init_optimizer(params, opt_cfg: OptimizerConfig) -> dict:
     """Zero moments shaped like params, and step 0."""
     if not isinstance(opt_cfg, OptimizerConfig):
         raise ValueError(f"opt_cfg must be an OptimizerConfig, got {type(opt_cfg).__name__}")
-    zeros = lambda leaf: np.zeros(np.shape(leaf), dtype=np.asarray(leaf).dtype)  # noqa: E731
+    def zeros(leaf):
+        return np.zeros(np.shape(leaf), dtype=np.asarray(leaf).dtype)
+
     return {"step": np.array(0, dtype=np.int64), "mu": tree_map(zeros, params), "nu": tree_map(zeros, params)}
 
 

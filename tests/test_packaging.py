@@ -1,0 +1,41 @@
+"""environment.yml stays in step with pyproject.toml; the README keeps its two commands; .ci/run calls them."""
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def pyproject_requirements() -> dict:
+    text = (ROOT / "pyproject.toml").read_text()
+    blocks = re.findall(r"^(?:dependencies|dev) = \[(.*?)\]", text, flags=re.S | re.M)
+    assert len(blocks) == 2, "expected [project].dependencies and the dev extra in pyproject.toml"
+    specs = re.findall(r'"([A-Za-z0-9_.\-]+)\s*([<>=!~][^"]*)"', "".join(blocks))
+    return {name.lower(): bound.strip() for name, bound in specs}
+
+
+def environment_requirements() -> dict:
+    text = (ROOT / "environment.yml").read_text()
+    lines = text.split("dependencies:", 1)[1].splitlines()
+    specs = [re.match(r"\s+- ([A-Za-z0-9_.\-]+)\s*([<>=!~].*)?$", line) for line in lines]
+    return {m.group(1).lower(): (m.group(2) or "").strip() for m in specs if m and m.group(1) != "pip"}
+
+
+def test_every_pyproject_dependency_has_a_lower_bound():
+    requirements = pyproject_requirements()
+    assert {"numpy", "jax", "optax", "matplotlib", "pytest", "hypothesis"} <= set(requirements)
+    for name, bound in requirements.items():
+        assert bound.startswith(">="), f"{name} needs a lower bound in pyproject.toml, has {bound!r}"
+
+
+def test_environment_yml_matches_pyproject():
+    python_bound = re.search(r'requires-python = "([^"]+)"', (ROOT / "pyproject.toml").read_text()).group(1)
+    environment = environment_requirements()
+    assert environment.pop("python") == python_bound
+    assert environment == pyproject_requirements()
+
+
+def test_readme_has_the_two_commands_and_ci_runs_the_test_one():
+    readme = (ROOT / "README.md").read_text()
+    assert "make train" in readme and "make test" in readme
+    assert "make test" in (ROOT / ".ci" / "run").read_text()
