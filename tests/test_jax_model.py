@@ -176,10 +176,14 @@ def test_accepts_numpy_and_jax_arrays_alike():
                                                jnp.asarray(images), jnp.asarray(labels), cfg, opt_cfg)
     for got, expected in zip(jax.tree.leaves(new_device), jax.tree.leaves(new_params)):
         np.testing.assert_array_equal(got, expected)
-    # The NumPy backend's optimizer state works here too (the same layout).
+    # The NumPy backend's optimizer state works here too (the same layout), and donation leaves NumPy
+    # inputs alone (only the device copies made from them are reused).
     numpy_state = nb.init_optimizer(params, opt_cfg)
+    kept_params, kept_state = tree_map(np.copy, params), tree_map(np.copy, numpy_state)
     from_numpy_state, _, _ = jb.train_step(params, numpy_state, images, labels, cfg, opt_cfg)
     for got, expected in zip(jax.tree.leaves(from_numpy_state), jax.tree.leaves(new_params)):
+        np.testing.assert_array_equal(got, expected)
+    for got, expected in zip(jax.tree.leaves((params, numpy_state)), jax.tree.leaves((kept_params, kept_state))):
         np.testing.assert_array_equal(got, expected)
     assert int(state["step"]) == 1 and set(metrics) == {"loss", "accuracy", "grad_norm", "learning_rate"}
 
@@ -227,6 +231,7 @@ def _bad_calls():
         ("init_optimizer without config", lambda b: b.init_optimizer(params, None)),
         ("attention shapes differ", lambda b: b.attention(q, q[:, :3], q, cfg.attention)),
         ("attention 3-d", lambda b: b.attention(q[0], q[0], q[0], cfg.attention)),
+        ("attention without config", lambda b: b.attention(q, q, q, cfg)),
     ]
 
 

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..config import AttentionConfig
-from .layers import matmul
+from .layers import canonical_compute_dtype, matmul
 
 DEFAULT_BLOCK_SIZE = 128  # keys per block for impl="blocked" when AttentionConfig.block_size is None
 
@@ -135,8 +135,6 @@ def attention(q, k, v, attn_cfg: AttentionConfig, *, return_weights=False, compu
     w = attention_weights(s); o_i = sum_j w_ij v_j. With `return_weights=True` returns
     `(output, weights)`, weights (B, H, L, L). Accepts NumPy or JAX arrays; returns JAX arrays.
     """
-    from .model import canonical_compute_dtype  # local: model imports this module
-
     if not isinstance(attn_cfg, AttentionConfig):
         raise ValueError(f"attn_cfg must be an AttentionConfig, got {type(attn_cfg).__name__}")
     shapes = [tuple(np.shape(x)) for x in (q, k, v)]

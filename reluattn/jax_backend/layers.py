@@ -18,6 +18,20 @@ import jax.numpy as jnp
 LAYER_NORM_EPS = 1e-6
 
 
+def canonical_compute_dtype(compute_dtype):
+    """None, or the numpy dtype of a floating type (jnp.bfloat16, "bfloat16", np.float16, ...)."""
+    if compute_dtype is None:
+        return None
+    try:
+        dtype = jnp.dtype(compute_dtype)
+    except TypeError:
+        raise ValueError(f"compute_dtype must be None or a floating dtype such as jnp.bfloat16, "
+                         f"got {compute_dtype!r}") from None
+    if not jnp.issubdtype(dtype, jnp.floating):
+        raise ValueError(f"compute_dtype must be a floating dtype such as jnp.bfloat16, got {dtype}")
+    return dtype
+
+
 def matmul(equation: str, a, b, compute_dtype=None):
     """`jnp.einsum(equation, a, b)`, with its inputs cast to `compute_dtype` when one is given."""
     if compute_dtype is None:

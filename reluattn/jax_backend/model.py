@@ -25,21 +25,7 @@ from ..checks import check_call, check_label_smoothing
 from ..config import ViTConfig
 from ..params import tree_leaves
 from .attention import multi_head_attention
-from .layers import dense, layer_norm, mlp, scale_only_layer_norm
-
-
-def canonical_compute_dtype(compute_dtype):
-    """None, or the numpy dtype of a floating type (jnp.bfloat16, "bfloat16", np.float16, ...)."""
-    if compute_dtype is None:
-        return None
-    try:
-        dtype = jnp.dtype(compute_dtype)
-    except TypeError:
-        raise ValueError(f"compute_dtype must be None or a floating dtype such as jnp.bfloat16, "
-                         f"got {compute_dtype!r}") from None
-    if not jnp.issubdtype(dtype, jnp.floating):
-        raise ValueError(f"compute_dtype must be a floating dtype such as jnp.bfloat16, got {dtype}")
-    return dtype
+from .layers import canonical_compute_dtype, dense, layer_norm, mlp, scale_only_layer_norm
 
 
 def patchify(images, patch_size: int):
