@@ -101,15 +101,18 @@ def test_blocked_attention_equals_dense_with_gradients(attn_cfg, tokens, seed):
 
 # --------------------------------------------------------------------------------------------- bfloat16
 
-# bfloat16 keeps 8 significant bits (unit roundoff 2^-8 = 3.9e-3) and every matmul's output is rounded to
-# it, so errors are a few roundoffs. Measured over 300 drawn models of this test's family (Dh 8 or 16):
-# worst logits 2.0e-2, loss 2.4e-3, all gradients together 4.0e-2 (relative_error, max-norm against the
-# largest entry). Tolerances are about 2.5x those. Models with tiny heads (Dh <= 4 with qk-layernorm, whose
-# LayerNorm over 2-4 numbers is ill-conditioned) amplify rounding far more and are left out: there even
-# float32 is off from float64 by 1e-4 and bfloat16 gradients by O(1).
-BFLOAT16_LOGITS_TOLERANCE = 5e-2
-BFLOAT16_LOSS_TOLERANCE = 6e-3
-BFLOAT16_GRADIENTS_TOLERANCE = 1e-1
+# bfloat16 keeps 8 significant bits (unit roundoff 2^-8 = 3.9e-3), and every matmul's inputs are rounded to
+# it. Measured over 200 drawn models of this test's family (random parameters, Dh 8 or 16, batch 4):
+#   logits  worst 3.9e-2 (relative_error: against the largest logit)
+#   loss    worst 1.4e-2 relative
+#   gradients, all leaves as one vector: worst 0.22 norm-wise relative error (cosine 0.975); typical 1-2e-2.
+# Gradients are the most sensitive: rounding flips the side of relu kinks (relu attention and MLP have
+# discontinuous derivatives), and these small random models amplify rounding of their activations. The
+# tolerances are about 2.5x the worst seen. They catch a broken bfloat16 path (wrong casts, overflow, a
+# wrong operand), not subtle drifts; that statistics stay float32 is checked structurally below.
+BFLOAT16_LOGITS_TOLERANCE = 0.1
+BFLOAT16_LOSS_TOLERANCE = 0.04
+BFLOAT16_GRADIENTS_TOLERANCE = 0.5
 
 
 @settings(compiling, max_examples=5)
@@ -127,8 +130,9 @@ def test_bfloat16_compute_stays_within_tolerance_of_float32(cfg, seed):
     assert all(leaf.dtype == jnp.float32 for leaf in jax.tree.leaves(low_grads))
     assert relative_error(low_logits, logits) <= BFLOAT16_LOGITS_TOLERANCE
     assert relative_error(low_loss, loss) <= BFLOAT16_LOSS_TOLERANCE
-    concatenated = lambda tree: np.concatenate([np.ravel(leaf) for leaf in jax.tree.leaves(tree)])  # noqa: E731
-    assert relative_error(concatenated(low_grads), concatenated(grads)) <= BFLOAT16_GRADIENTS_TOLERANCE
+    low_vector, vector = (np.concatenate([np.ravel(leaf) for leaf in jax.tree.leaves(tree)])
+                          for tree in (low_grads, grads))
+    assert np.linalg.norm(low_vector - vector) <= BFLOAT16_GRADIENTS_TOLERANCE * np.linalg.norm(vector)
     assert relative_error(low_logits, logits) > 0  # bfloat16 really was used
 
 
