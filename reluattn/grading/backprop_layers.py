@@ -30,8 +30,8 @@ def check_dense_backward(student_backward, seed: int = 0) -> dict:
     arrays = {"dx": x, "grads['w']": params["w"], "grads['b']": params["b"]}
     numeric = verified_numeric(lambda: float(np.sum(layers.dense_forward(x, params)[0] * dout)), arrays,
                                reference, "dense backward")
-    student = unpack_pair("dense_backward", call_student(student_backward, "dense_backward", dout, cache), "dx",
-                          "{'w': dw, 'b': db}")
+    result = call_student(student_backward, "dense_backward", dout, cache)
+    student = unpack_pair("dense_backward", result, "dx", "{'w': dw, 'b': db}")
     factors = {"1/(B*T) = 1/6: the bias gradient is a sum over every row, not a mean": 1 / 6,
                "B*T = 6": 6.0}
     return grade("dense_backward", student, reference, numeric, factors=factors)
@@ -68,8 +68,8 @@ def check_layernorm_backward(student_backward, seed: int = 0) -> dict:
         "inv_std should multiply once, not twice (x_hat already holds one factor of it)":
             inv_std * inv_std * (dx_hat - mean(dx_hat) - x_hat * mean(dx_hat * x_hat)),
     }}
-    student = unpack_pair("layernorm_backward", call_student(student_backward, "layernorm_backward", dout, cache), "dx",
-                          "{'scale': dscale, 'bias': dbias}")
+    result = call_student(student_backward, "layernorm_backward", dout, cache)
+    student = unpack_pair("layernorm_backward", result, "dx", "{'scale': dscale, 'bias': dbias}")
     return grade("layernorm_backward", student, reference, numeric, mistakes=mistakes,
                  factors={"B*T = 12: a sum over rows became a mean": 1 / 12})
 

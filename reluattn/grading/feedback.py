@@ -30,8 +30,8 @@ def call_student(function, name: str, *args):
     try:
         result = function(*copy.deepcopy(args))
     except NotImplementedError as error:
-        raise ExerciseFailed(f"{name} is not written yet: it raised NotImplementedError ({error}). Replace the "
-                             f"`raise NotImplementedError` line with your code.") from error
+        raise ExerciseFailed(f"{name} is not written yet: it (or a function it calls) raised NotImplementedError "
+                             f"({error}). Replace the `raise NotImplementedError` line with your code.") from error
     except ExerciseFailed:
         raise
     except Exception as error:
@@ -70,11 +70,11 @@ def diagnose(what: str, got, expected, *, factors: dict | None = None, mistakes:
         return f"{what} contains NaN or inf ({int(np.sum(~np.isfinite(got)))} of {got.size} entries)"
     if relative_error(got, expected) <= tolerance:
         return None
-    if not np.any(got) and np.any(expected):
-        return f"{what} is all zeros, but the right answer is not"
     for message, wrong in (mistakes or {}).items():
         if np.shape(wrong) == got.shape and relative_error(got, wrong) <= tolerance:
             return f"{what}: {message}"
+    if not np.any(got) and np.any(expected):
+        return f"{what} is all zeros, but the right answer is not"
     norm = float(np.sum(expected * expected))
     if norm > 0:
         ratio = float(np.sum(got * expected)) / norm
@@ -102,35 +102,6 @@ def _shape_hint(got: tuple, expected: tuple) -> str:
     if int(np.prod(got)) == int(np.prod(expected)):
         return " — the same number of entries in another layout: check the reshapes and transposes"
     return ""
-
-
-def check_structure(name: str, result, expected_length: int, what: str):
-    """The student returned a tuple of `expected_length` items (`what` names them)."""
-    if not isinstance(result, (tuple, list)) or len(result) != expected_length:
-        got = f"a {type(result).__name__}" + (f" of length {len(result)}" if isinstance(result, (tuple, list)) else "")
-        raise ExerciseFailed(f"{name} should return {what}; got {got}")
-    return result
-
-
-def compare_trees(got, expected: dict, prefix: str = "grads", factors: dict | None = None) -> list:
-    """Messages for missing, extra or wrong leaves of a nested dict of gradients."""
-    if not isinstance(got, dict):
-        return [f"{prefix} should be a dict with keys {sorted(expected)}, got {type(got).__name__}"]
-    problems = []
-    missing, extra = sorted(set(expected) - set(got)), sorted(set(got) - set(expected))
-    if missing:
-        problems.append(f"{prefix} is missing {', '.join(repr(key) for key in missing)}")
-    if extra:
-        problems.append(f"{prefix} has unexpected keys {', '.join(repr(key) for key in extra)}")
-    for key in sorted(set(expected) & set(got)):
-        path = f"{prefix}[{key!r}]"
-        if isinstance(expected[key], dict):
-            problems += compare_trees(got[key], expected[key], path, factors)
-        else:
-            message = diagnose(path, got[key], expected[key], factors=factors)
-            if message:
-                problems.append(message)
-    return problems
 
 
 def report(exercise: str, problems: list) -> None:

@@ -7,7 +7,7 @@ References:
         softmax     softmax(x keys) values                    (softmax over the M slots)
         softmax_ln  LN(softmax(x keys) values)                (LayerNorm over E, no learned scale or bias)
     top_share(weights, fraction)   weights (..., M) >= 0 -> (...,): the share of each row's total weight
-        held by its k = max(1, round(fraction * M)) largest entries (0 for an all-zero row)
+        held by its k = max(1, round(fraction * M)) largest entries (0 for a row that is all zeros)
 """
 
 from __future__ import annotations
@@ -78,21 +78,24 @@ def check_top_share(student_share, seed: int = 0) -> None:
     several fractions."""
     rng = np.random.default_rng(seed)
     weights = np.maximum(rng.normal(size=(3, 4, 1000)), 0.0) * rng.uniform(0.5, 2.0, size=(3, 4, 1))  # (B, T, M)
+    weights[0, 0] = 0.0  # a row where relu cut every score: no weight at all
     problems = []
     for fraction in (0.002, 0.01, 0.1):
         expected = top_share(weights, fraction)  # (B, T)
         count = top_slot_count(weights.shape[-1], fraction)
         ordered = np.sort(weights, axis=-1)  # (B, T, M)
-        total = weights.sum(-1)  # (B, T)
+        total = np.maximum(weights.sum(-1), 1e-300)  # (B, T); the all-zero row gives 0 below
         mistakes = {
             "that is the sum of the top weights; divide by the row's total weight": ordered[..., -count:].sum(-1),
             "those are the smallest weights, not the largest": ordered[..., :count].sum(-1) / total,
-            f"that takes {count + 1} slots; the top {fraction:g} of M = 1000 slots is max(1, round({fraction:g} * M)) "
-            f"= {count}": ordered[..., -(count + 1):].sum(-1) / total,
-            "that takes the top slots across the whole array; take them row by row (over the last axis)":
-                np.full(total.shape, np.sort(weights.reshape(-1))[-count:].sum() / weights.sum()),
+            f"that takes {count + 1} slots; the top {fraction:g} of M = 1000 slots is "
+            f"max(1, round({fraction:g} * M)) = {count}": ordered[..., -(count + 1):].sum(-1) / total,
         }
         got = call_student(student_share, "top_share", weights, fraction)
+        if np.shape(got) == expected.shape and not np.isfinite(np.asarray(got, dtype=np.float64)[0, 0]):
+            problems.append(f"top_share(weights, {fraction:g}) is {got[0, 0]} for a row whose weights are all 0; "
+                            f"such a row has no mass to share: return 0 for it (np.divide with where=total > 0)")
+            continue
         problems.append(diagnose(f"top_share(weights, {fraction:g})", got, expected, mistakes=mistakes))
     report("top_share", problems)
     passed("top_share", "right for fractions 0.002, 0.01 and 0.1 of M = 1000 slots")
