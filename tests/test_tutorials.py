@@ -49,10 +49,7 @@ def kernel_env(tmp_path_factory):
             "display_name": "Python 3 (tests)", "language": "python"}
     (kernels / "kernel.json").write_text(json.dumps(spec))
     env = {"JUPYTER_PATH": str(kernels.parents[1]), "RELUATTN_QUICK": "1",
-           "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
-           # Tiny matrices: one BLAS thread avoids oversubscribing a small shared machine.
-           "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS", "1"),
-           "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+           "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
     return env
 
 
