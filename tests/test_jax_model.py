@@ -255,3 +255,30 @@ def test_bad_compute_dtype_is_a_value_error():
     for bad in (jnp.int32, "not a dtype"):
         with pytest.raises(ValueError, match="compute_dtype"):
             jb.apply(params, images, cfg, compute_dtype=bad)
+
+
+def test_make_train_step_runs_augmentation_inside_the_compiled_step():
+    """The pure step with an `augment` function equals augmenting first and then calling train_step."""
+    from reluattn.jax_backend.augment import AugmentConfig, augment_batch
+
+    cfg = small_config()
+    opt_cfg = OptimizerConfig(total_steps=5)
+    params = ra.init_params(cfg)
+    pixels = np.random.default_rng(0).integers(0, 256, size=(4, 8, 8, 3)).astype(np.uint8)
+    labels = np.array([0, 1, 2, 1])
+    augment_cfg = AugmentConfig(crop_padding=2, mixup_alpha=0.4)
+
+    def augment(key, images, labels):
+        return augment_batch(key, images, labels, augment_cfg, cfg.num_classes)
+
+    step = jax.jit(jb.make_train_step(cfg, opt_cfg, augment=augment), donate_argnums=(0, 1))
+    key = jax.random.key(3)
+    new_params, state, metrics = step(params, jb.init_optimizer(params, opt_cfg), pixels, labels, key)
+    images, targets = augment(key, jnp.asarray(pixels), jnp.asarray(labels))
+    assert targets.shape == (4, cfg.num_classes)  # mixup made soft targets
+    expected, _, expected_metrics = jb.train_step(params, jb.init_optimizer(params, opt_cfg), np.asarray(images),
+                                                  np.asarray(targets), cfg, opt_cfg)
+    for got, want in zip(jax.tree.leaves(new_params), jax.tree.leaves(expected)):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-7)
+    assert float(metrics["loss"]) == pytest.approx(float(expected_metrics["loss"]), rel=1e-5)
+    assert int(state["step"]) == 1
