@@ -52,7 +52,7 @@ def _train_parser(commands) -> argparse.ArgumentParser:
     g.add_argument("--keep-checkpoints", type=int, help="how many newest checkpoints to keep")
     g.add_argument("--no-progress", action="store_true", help="no progress bar (log lines only)")
     g = p.add_argument_group("model")
-    g.add_argument("--attention", choices=ATTENTION_KINDS, help="attention weight function h (relu = ReLU/L with alpha 1)")
+    g.add_argument("--attention", choices=ATTENTION_KINDS, help="attention weight function h")
     g.add_argument("--alpha", type=float, help="weights are divided by L**alpha (L = number of keys)")
     g.add_argument("--attention-scale", type=float, help="constant factor on point-wise attention weights")
     g.add_argument("--qk-norm", action=argparse.BooleanOptionalAction, default=None, help="LayerNorm q and k per head")
@@ -149,7 +149,7 @@ def train_config_from_args(args, base):
         changes["clip_norm"] = args.clip_norm if args.clip_norm > 0 else None
     top = {}
     if args.warmup_steps is not None and args.warmup_epochs is not None:
-        raise UsageError("train: give --warmup-steps or --warmup-epochs, not both")
+        raise UsageError("reluattn train: give --warmup-steps or --warmup-epochs, not both")
     if args.warmup_steps is not None:
         # total_steps is provisional here (resolve() sets it); keep the config valid meanwhile.
         changes["warmup_steps"] = args.warmup_steps
@@ -166,7 +166,7 @@ def train_config_from_args(args, base):
     if aug:
         augmentation = augmentation.replace(**aug)
     if args.epochs is not None and args.steps is not None:
-        raise UsageError("train: give --epochs or --steps, not both")
+        raise UsageError("reluattn train: give --epochs or --steps, not both")
     if args.epochs is not None:
         top.update(epochs=args.epochs, steps=None)
     if args.steps is not None:
@@ -191,7 +191,7 @@ def _command_train(args) -> int:
     if args.resume:
         if not out:
             raise UsageError("train --resume needs --out DIR, the run directory to continue")
-        from .train import saved_train_config
+        from .resume import saved_train_config
         saved = saved_train_config(out)
         if args.preset is not None and args.preset != saved.preset:
             raise UsageError(f"train --resume: {out} was trained with preset {saved.preset!r}, not "

@@ -21,16 +21,16 @@ import math
 import os
 import signal
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from .checkpoint import CheckpointError, list_checkpoints, load_checkpoint, resolve_checkpoint, save_checkpoint
+from .checkpoint import CheckpointError, list_checkpoints, load_checkpoint, save_checkpoint
 from .params import check_params, flatten, init_params
-from .presets import TrainConfig, config_differences, train_config_from_dict
+from .presets import TrainConfig
+from .resume import StopRequests, check_resume, saved_train_config
 from .run_data import load_run_data
 from .run_files import MetricsLog
 
@@ -50,69 +50,6 @@ class TrainResult:
     final_val_accuracy: float | None
     checkpoint: Path | None          # the newest checkpoint
     summary: str                     # the final line printed
-
-
-# ------------------------------------------------------------------------------------------------ resume
-
-def saved_train_config(run_dir) -> TrainConfig:
-    """The TrainConfig stored in a run's latest checkpoint (for --resume)."""
-    run_dir = Path(run_dir)
-    if not list_checkpoints(run_dir):
-        raise CheckpointError(f"{run_dir} holds no checkpoint to resume; run without --resume to start it "
-                              f"afresh, or check --out")
-    path = resolve_checkpoint(run_dir) / "config.json"
-    try:
-        data = json.loads(path.read_text())
-        return train_config_from_dict(data)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise CheckpointError(f"{path} does not parse ({error}); the checkpoint is corrupted — resume from an "
-                              f"earlier one or start a new run") from None
-    except ValueError as error:
-        raise CheckpointError(f"{path} is not a valid training config ({error}); the checkpoint is corrupted "
-                              f"or from another version") from None
-
-
-def _check_resume(saved_config: dict, resolved: TrainConfig, description: dict, run_dir) -> None:
-    differences = config_differences({k: v for k, v in saved_config.items() if k != "data"}, resolved.to_dict())
-    saved_data = saved_config.get("data", {})
-    for name in ("class_names", "image_size", "channels", "num_train", "num_validation", "validation_split"):
-        if name in saved_data and saved_data[name] != description[name]:
-            differences.append(f"data.{name}: saved {_short(saved_data[name])}, now {_short(description[name])}")
-    if differences:
-        shown = "; ".join(differences[:5]) + (f"; and {len(differences) - 5} more" if len(differences) > 5 else "")
-        raise ValueError(f"cannot resume {run_dir}: this command differs from the saved run ({shown}); drop those "
-                         f"flags to continue it, or start a new run with another --out")
-
-
-def _short(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-# ------------------------------------------------------------------------------------------------ signals
-
-class _StopRequests:
-    """Turns SIGINT / SIGTERM into a request the loop honours after the current step. A second signal
-    stops at once (KeyboardInterrupt); saved checkpoints are atomic, so nothing already saved is lost."""
-
-    def __init__(self):
-        self.signal = None
-        self._previous = {}
-
-    def _handle(self, signum, frame):
-        if self.signal is not None:
-            raise KeyboardInterrupt
-        self.signal = signum
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                self._previous[signum] = signal.signal(signum, self._handle)
-        return self
-
-    def __exit__(self, *exc):
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
 
 
 # ---------------------------------------------------------------------------------------------- the loop
@@ -156,7 +93,7 @@ def train(config: TrainConfig, out, *, data=None, resume: bool = False, progress
     resolved = config.resolve(description["num_train"], description["image_size"], description["channels"],
                               len(description["class_names"]))
     if checkpoint is not None:
-        _check_resume(checkpoint["config"], resolved, description, run_dir)
+        check_resume(checkpoint["config"], resolved, description, run_dir)
     total = resolved.optimizer.total_steps
     steps_per_epoch = resolved.steps_per_epoch(description["num_train"])
     start = int(checkpoint["state"]["step"]) if checkpoint else 0
@@ -181,6 +118,10 @@ def train(config: TrainConfig, out, *, data=None, resume: bool = False, progress
         _status(stdout, f"resuming {run_dir} at step {start} of {total}")
     else:
         engine.start(init_params(resolved.model, seed=resolved.seed))
+    model = resolved.model
+    _status(stdout, f"training {model.attention.kind} attention ViT {model.dim}x{model.depth} on "
+                    f"{description['num_train']} images ({description['kind']}), steps {start}-{total} of batch "
+                    f"{resolved.batch_size}, {resolved.backend} backend on {engine.device_description}")
     log = MetricsLog(run_dir)
     log.truncate_after(start)
     loop = _Loop(resolved, engine, run_data, run_dir, log, history, state.get("elapsed", 0.0), stdout, progress)
@@ -219,7 +160,7 @@ class _Loop:
                         file=sys.stderr, desc=self.run_dir.name)
         order, order_epoch = None, None
         try:
-            with _StopRequests() as stop:
+            with StopRequests() as stop:
                 for step in range(start, total):
                     epoch, position = divmod(step, steps_per_epoch)
                     if epoch != order_epoch:  # this epoch's data order, from (seed, epoch) alone
@@ -230,7 +171,7 @@ class _Loop:
                     done = step + 1
                     last = done == total
                     want_eval = validation is not None and (done % eval_every == 0 or last)
-                    want_checkpoint = done % checkpoint_every == 0 or last or stop.signal is not None
+                    want_checkpoint = done % checkpoint_every == 0 or last
                     if want_eval or want_checkpoint or done % config.log_every == 0:
                         self.flush()
                     if want_eval:
@@ -238,7 +179,10 @@ class _Loop:
                     if want_checkpoint:
                         self.save(done)
                     self.bar.update(1)
-                    if stop.signal is not None and not last:
+                    if stop.signal is not None and not last:  # asked to stop during this step or its logging
+                        if not want_checkpoint:
+                            self.flush()
+                            self.save(done)
                         return self.stopped(stop.signal, done, total)
         finally:
             self.bar.close()

@@ -57,6 +57,8 @@ class JaxEngine:
         self.config = config
         self.mesh = device_mesh()
         self.devices = self.mesh.size
+        platform = self.mesh.devices.flat[0].platform
+        self.device_description = f"{self.devices} {platform} device{'s' if self.devices > 1 else ''}"
         if config.batch_size % self.devices:
             raise ValueError(f"--batch-size {config.batch_size} must be a multiple of the {self.devices} devices")
         self._whole = sharding.replicated(self.mesh)

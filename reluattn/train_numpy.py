@@ -42,6 +42,7 @@ class NumpyEngine:
         self.images, self.labels = train_images, np.asarray(train_labels, dtype=np.int64)
         self.mean, self.std = mean, std
         self.devices = 1
+        self.device_description = "the host CPU"
         self.params = self.opt_state = None
 
     def start(self, params) -> None:
@@ -64,9 +65,10 @@ class NumpyEngine:
         settings = self.config.augmentation
         rng = np.random.default_rng([self.config.seed, step])
         images = crop_and_flip(self.images[indices], rng, settings.crop_padding, settings.flip)  # (B, S, S, C)
-        self.params, self.opt_state, metrics = self.backend.train_step(
-            self.params, self.opt_state, normalize(images, self.mean, self.std), self.labels[indices], self.config.model,
-            self.config.optimizer, label_smoothing=self.config.label_smoothing)
+        with np.errstate(all="ignore"):  # overflow shows up as a non-finite loss, which the loop reports
+            self.params, self.opt_state, metrics = self.backend.train_step(
+                self.params, self.opt_state, normalize(images, self.mean, self.std), self.labels[indices],
+                self.config.model, self.config.optimizer, label_smoothing=self.config.label_smoothing)
         return metrics
 
     @staticmethod
