@@ -14,7 +14,7 @@ import sys
 import traceback
 
 from .config import ATTENTION_KINDS, MLP_ACTIVATIONS, POOLS
-from .presets import BACKENDS, COMPUTE_DTYPES, DATASETS, PRESETS
+from .presets import BACKENDS, COMPUTE_DTYPES, DATASETS, PRESET_SUMMARIES, PRESETS
 
 DATA_ENV = "RELUATTN_DATA"
 PROG = "reluattn"
@@ -32,9 +32,14 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _train_parser(commands) -> argparse.ArgumentParser:
-    p = commands.add_parser("train", help="train a ViT", description="Train a ViT on CIFAR-10/100 or an "
-                            "image folder. Flags override the preset; with --resume they override the saved run "
-                            "(and only the operational ones may differ from it).")
+    presets = "\n".join(f"  {name}: {PRESET_SUMMARIES[name]}" for name in PRESETS)
+    p = commands.add_parser(
+        "train", help="train a ViT", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Train a ViT on CIFAR-10/100 or an image folder. Flags override the preset; with --resume "
+                    "they override\nthe saved run, and only the operational ones (logging, validation and "
+                    "checkpoint intervals) may differ.",
+        epilog=f"presets:\n{presets}\n\nexample: reluattn train --preset cpu-small --attention softmax "
+               f"--data cifar10-train.zip --out runs/softmax")
     # Every override defaults to None, meaning "keep the preset's (or, with --resume, the saved run's) value".
     g = p.add_argument_group("run")
     g.add_argument("--preset", choices=sorted(PRESETS), help="starting recipe (default: cpu-small)")

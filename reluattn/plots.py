@@ -120,5 +120,6 @@ def plot_attention(image: np.ndarray, attention: list, pool: str, output, title:
         ax.set_title(name, fontsize=9)
     for ax in axes:
         ax.set_axis_off()
-    figure.suptitle(f"{title}\n{what}, mean over heads" if title else f"{what}, mean over heads", fontsize=9)
+    what = f"{what}, mean over heads; each map scaled to its own range"
+    figure.suptitle(f"{title}\n{what}" if title else what, fontsize=9)
     return _save(figure, output)

@@ -208,6 +208,17 @@ PRESETS: dict[str, TrainConfig] = {
 }
 
 
+# One line per preset for `reluattn train --help` (the comments above hold the details).
+PRESET_SUMMARIES = {
+    "cpu-small": "ViT 128x6, 4 heads, patch 4, relu/L, bf16, 8 epochs, batch 128; 2-core CPU, <= 20 min, "
+                 "target >= 65% CIFAR-10 val (result: to be measured). The `make train` default.",
+    "gpu-tiny": "ViT-Ti/4 (192x12, 3 heads, MLP 768), relu/L, bf16, 100 epochs, batch 256; one GPU "
+                "(result and runtime: to be measured).",
+    "gpu-long": "ViT 384x8, 6 heads, MLP 1152, relu/L, bf16, 300 epochs, batch 512, mixup+cutmix; one GPU, "
+                "aimed at >= 90% CIFAR-10 (result and runtime: to be measured).",
+}
+
+
 def get_preset(name: str) -> TrainConfig:
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
@@ -222,5 +233,5 @@ def train_config_from_dict(data: dict) -> TrainConfig:
     return TrainConfig.from_dict({key: value for key, value in data.items() if key in known})
 
 
-__all__ = ["AugmentationConfig", "TrainConfig", "PRESETS", "get_preset", "config_differences",
+__all__ = ["AugmentationConfig", "TrainConfig", "PRESETS", "PRESET_SUMMARIES", "get_preset", "config_differences",
            "train_config_from_dict", "OPERATIONAL_FIELDS"]

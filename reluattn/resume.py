@@ -38,8 +38,11 @@ def check_resume(saved_config: dict, resolved: TrainConfig, description: dict, r
             differences.append(f"data.{name}: saved {_short(saved_data[name])}, now {_short(description[name])}")
     if differences:
         shown = "; ".join(differences[:5]) + (f"; and {len(differences) - 5} more" if len(differences) > 5 else "")
-        raise ValueError(f"cannot resume {run_dir}: this command differs from the saved run ({shown}); drop those "
-                         f"flags to continue it, or start a new run with another --out")
+        lengthened = any(d.split(":")[0] in ("steps", "epochs", "optimizer.total_steps") for d in differences)
+        why = (" (the learning-rate schedule is fixed by the run's length, so a run cannot be lengthened when "
+               "resumed)" if lengthened else "")
+        raise ValueError(f"cannot resume {run_dir}: this command differs from the saved run ({shown}){why}; drop "
+                         f"those flags to continue it, or start a new run with another --out")
 
 
 def _short(value) -> str:

@@ -35,6 +35,15 @@ def test_preset_sizes_match_their_descriptions():
     assert long.mixup_alpha > 0 and long.cutmix_alpha > 0
 
 
+def test_every_preset_is_described_in_the_help(capsys):
+    from reluattn.cli import main
+    from reluattn.presets import PRESET_SUMMARIES
+    assert set(PRESET_SUMMARIES) == set(PRESETS)
+    assert main(["train", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"{name}: {PRESET_SUMMARIES[name]}" in out for name in PRESETS)
+
+
 def test_make_train_uses_cpu_small():
     assert re.search(r"-m reluattn train --preset cpu-small", (ROOT / "Makefile").read_text())
 
