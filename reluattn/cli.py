@@ -176,6 +176,8 @@ def train_config_from_args(args, base):
         top.update(epochs=args.epochs, steps=None)
     if args.steps is not None:
         top.update(steps=args.steps, epochs=None)
+    if args.backend == "numpy" and args.compute_dtype is None:
+        top["compute_dtype"] = "float32"  # the NumPy backend computes in the parameters' dtype; no bfloat16
     for name in ("batch_size", "seed", "data_seed", "dataset", "val_split", "subset", "eval_every",
                  "checkpoint_every", "log_every", "keep_checkpoints", "label_smoothing", "compute_dtype",
                  "backend"):

@@ -125,6 +125,7 @@ def train(config: TrainConfig, out, *, data=None, resume: bool = False, progress
     log = MetricsLog(run_dir)
     log.truncate_after(start)
     loop = _Loop(resolved, engine, run_data, run_dir, log, history, state.get("elapsed", 0.0), stdout, progress)
+    loop.last_checkpoint = checkpoint["path"] if checkpoint else None
     return loop.run(start, total, steps_per_epoch)
 
 
@@ -137,7 +138,7 @@ class _Loop:
         self.elapsed_before = float(elapsed)  # training seconds of earlier invocations (resumes)
         self.stdout, self.progress = stdout, progress
         self.pending = []                      # (steps done, metrics still on device)
-        self.last_checkpoint = None
+        self.last_checkpoint = None            # the newest checkpoint this run can fall back on
         self.learning_rate = float("nan")
         self.timed_images = 0
         self.timed_seconds = 0.0
@@ -153,8 +154,6 @@ class _Loop:
         eval_every = config.eval_every or steps_per_epoch
         checkpoint_every = config.checkpoint_every or steps_per_epoch
         self.started = self.interval_start = time.perf_counter()
-        existing = list_checkpoints(self.run_dir)
-        self.last_checkpoint = existing[-1] if existing else None
         validation = self.run_data.validation
         self.bar = tqdm(total=total, initial=start, unit="step", dynamic_ncols=True, disable=not self.progress,
                         file=sys.stderr, desc=self.run_dir.name)

@@ -90,6 +90,10 @@ def test_flags_override_the_preset_and_nothing_else():
     assert config.augmentation.mixup_alpha == 0.2 and not config.augmentation.flip
     assert config.resolve(1000, 32, 3, 10).optimizer.total_steps == 50
     assert train_config_from_args(parse(), base) == base  # no flags: the preset itself
+    numpy = train_config_from_args(parse("--backend", "numpy"), base)  # cpu-small is bfloat16: JAX only
+    assert (numpy.backend, numpy.compute_dtype) == ("numpy", "float32")
+    with pytest.raises(ValueError, match="needs backend 'jax'"):
+        train_config_from_args(parse("--backend", "numpy", "--compute-dtype", "bfloat16"), base)
 
 
 def test_config_differences_and_saved_configs():
