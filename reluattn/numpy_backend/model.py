@@ -1,0 +1,157 @@
+"""The Vision Transformer, forward and hand-written backward (shapes: legend in __init__.py).
+
+    patches -> dense -> [class token] + position embedding -> depth x pre-LN block -> LN -> pool -> head
+    block:  x = x + attn(LN1(x));  x = x + mlp(LN2(x))
+
+`apply` and `loss_and_grad` are the public entry points; they check their input and compute in the
+parameters' dtype (float64 parameters: float64 throughout, which is what the gradient tests use).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..checks import check_call, check_label_smoothing
+from ..config import ViTConfig
+from ..params import tree_leaves, tree_map
+from .layers import (cross_entropy_backward, cross_entropy_forward, dense_backward, dense_forward,
+                     layernorm_backward, layernorm_forward, targets_from_labels)
+from .mlp import mlp_backward, mlp_forward
+from .multihead_attention import self_attention_backward, self_attention_forward
+
+
+# ------------------------------------------------------------------------------------------ embedding
+
+def patchify(images, patch_size):
+    """(B, S, S, C) -> (B, N, P*P*C): patches row-major over the grid, each flattened (row, col, channel)."""
+    batch, side, _, channels = images.shape
+    grid = side // patch_size
+    patches = images.reshape(batch, grid, patch_size, grid, patch_size, channels)  # (B, S/P, P, S/P, P, C)
+    patches = patches.transpose(0, 1, 3, 2, 4, 5)  # (B, S/P, S/P, P, P, C): grid row, grid col first
+    return patches.reshape(batch, grid * grid, patch_size * patch_size * channels)  # (B, N, P*P*C)
+
+
+def embed_forward(images, params, cfg):
+    """Images (B, S, S, C) -> tokens (B, T, D): patch embedding, class token, position embedding."""
+    patches = patchify(images, cfg.patch_size)  # (B, N, P*P*C)
+    tokens, patch_cache = dense_forward(patches, params["patch_embed"])  # (B, N, D)
+    if cfg.pool == "cls":
+        cls = np.broadcast_to(params["cls_token"], (tokens.shape[0], 1, cfg.dim))  # (B, 1, D)
+        tokens = np.concatenate([cls, tokens], axis=1)  # (B, T, D), the class token is token 0
+    return tokens + params["pos_embed"], (patch_cache,)  # (B, T, D)
+
+
+def embed_backward(dtokens, cache, cfg):
+    (patch_cache,) = cache
+    # Differentiates tokens + pos_embed: the position embedding is shared by the batch.
+    grads = {"pos_embed": dtokens.sum(axis=0)}  # (T, D)
+    if cfg.pool == "cls":
+        # Differentiates the concatenation: token 0 came from the class token.
+        grads["cls_token"] = dtokens[:, 0].sum(axis=0)  # (D,)
+        dtokens = dtokens[:, 1:]  # (B, N, D)
+    # Differentiates the patch dense layer; the images need no gradient, so its dx is dropped.
+    _, grads["patch_embed"] = dense_backward(dtokens, patch_cache)
+    return grads
+
+
+# ---------------------------------------------------------------------------------------------- block
+
+def block_forward(x, params, cfg):
+    """One pre-LN block on x (B, T, D); also returns its attention weights (B, H, T, T)."""
+    normed, ln1_cache = layernorm_forward(x, params["ln1"])  # (B, T, D)
+    attended, weights, attn_cache = self_attention_forward(normed, params["attn"], cfg.attention, cfg.heads)
+    x = x + attended  # (B, T, D)
+    normed, ln2_cache = layernorm_forward(x, params["ln2"])  # (B, T, D)
+    mixed, mlp_cache = mlp_forward(normed, params["mlp"], cfg.mlp_activation)  # (B, T, D)
+    return x + mixed, weights, (ln1_cache, attn_cache, ln2_cache, mlp_cache)
+
+
+def block_backward(dout, cache, cfg):
+    ln1_cache, attn_cache, ln2_cache, mlp_cache = cache
+    grads = {}
+    # Differentiates x + mlp(LN2(x)): the residual passes dout straight through, plus the MLP path.
+    dnormed, grads["mlp"] = mlp_backward(dout, mlp_cache, cfg.mlp_activation)  # (B, T, D)
+    dnormed, grads["ln2"] = layernorm_backward(dnormed, ln2_cache)  # (B, T, D)
+    dx = dout + dnormed  # (B, T, D)
+    # Differentiates x + attn(LN1(x)) the same way.
+    dnormed, grads["attn"] = self_attention_backward(dx, attn_cache, cfg.attention, cfg.heads)  # (B, T, D)
+    dnormed, grads["ln1"] = layernorm_backward(dnormed, ln1_cache)  # (B, T, D)
+    return dx + dnormed, grads
+
+
+# ------------------------------------------------------------------------------------------ the model
+
+def forward(params, images, cfg):
+    """Logits (B, K), the attention weights of every block [(B, H, T, T)] and the cache for `backward`.
+    No input checks here: `apply` and `loss_and_grad` do them."""
+    x, embed_cache = embed_forward(images, params, cfg)  # (B, T, D)
+    block_caches, attention_weights = [], []
+    for block_params in params["blocks"]:
+        x, weights, block_cache = block_forward(x, block_params, cfg)  # (B, T, D)
+        block_caches.append(block_cache)
+        attention_weights.append(weights)
+    x, ln_f_cache = layernorm_forward(x, params["ln_f"])  # (B, T, D)
+    pooled = x[:, 0] if cfg.pool == "cls" else x.mean(axis=1)  # (B, D), class token or mean of tokens
+    logits, head_cache = dense_forward(pooled, params["head"])  # (B, K)
+    return logits, attention_weights, (embed_cache, block_caches, ln_f_cache, head_cache)
+
+
+def backward(dlogits, cache, cfg):
+    """The gradients of every parameter, in the same tree as the parameters."""
+    embed_cache, block_caches, ln_f_cache, head_cache = cache
+    grads = {}
+    # Differentiates logits = dense(pooled, head).
+    dpooled, grads["head"] = dense_backward(dlogits, head_cache)  # (B, D)
+    batch, dim = dpooled.shape
+    # Differentiates the pooling: all of it to token 0, or an equal share to every token.
+    dx = np.zeros((batch, cfg.num_tokens, dim), dtype=dpooled.dtype)  # (B, T, D)
+    if cfg.pool == "cls":
+        dx[:, 0] = dpooled
+    else:
+        dx[:] = dpooled[:, None, :] / cfg.num_tokens
+    dx, grads["ln_f"] = layernorm_backward(dx, ln_f_cache)  # (B, T, D)
+    grads["blocks"] = [None] * len(block_caches)
+    for index in reversed(range(len(block_caches))):
+        dx, grads["blocks"][index] = block_backward(dx, block_caches[index], cfg)  # (B, T, D)
+    grads.update(embed_backward(dx, embed_cache, cfg))
+    return grads
+
+
+# ---------------------------------------------------------------------------------- the public functions
+
+def _prepare(params, images, cfg, labels=None):
+    """Check everything, then return the parameters and images in the parameters' (floating) dtype."""
+    if not isinstance(cfg, ViTConfig):
+        raise ValueError(f"cfg must be a ViTConfig, got {type(cfg).__name__}")
+    check_call(params, images, cfg, labels)
+    dtype = np.result_type(*tree_leaves(params))
+    if not np.issubdtype(dtype, np.floating):
+        raise ValueError(f"params must be floating-point arrays, got dtype {dtype}")
+    params = tree_map(lambda leaf: np.asarray(leaf, dtype=dtype), params)  # no copy when already dtype
+    return params, np.asarray(images, dtype=dtype)
+
+
+def apply(params, images, cfg, *, return_attention=False):
+    """Logits (B, K) for images (B, S, S, C); with return_attention=True, (logits, [weights (B, H, T, T)
+    of each block])."""
+    params, images = _prepare(params, images, cfg)
+    logits, attention_weights, _ = forward(params, images, cfg)
+    return (logits, attention_weights) if return_attention else logits
+
+
+def forward_backward(params, images, labels, cfg, *, label_smoothing=0.0):
+    """(loss, grads, logits): `loss_and_grad` plus the logits, which training needs for its accuracy."""
+    check_label_smoothing(label_smoothing)
+    params, images = _prepare(params, images, cfg, labels)
+    logits, _, cache = forward(params, images, cfg)
+    targets = targets_from_labels(labels, cfg.num_classes, label_smoothing, dtype=logits.dtype)  # (B, K)
+    loss, loss_cache = cross_entropy_forward(logits, targets)
+    dlogits = cross_entropy_backward(1.0, loss_cache)  # (B, K)
+    return loss, backward(dlogits, cache, cfg), logits
+
+
+def loss_and_grad(params, images, labels, cfg, *, label_smoothing=0.0):
+    """Mean softmax cross-entropy (a float) and its gradient, a tree shaped like params.
+    labels: (B,) integers in [0, K) or (B, K) target probabilities."""
+    loss, grads, _ = forward_backward(params, images, labels, cfg, label_smoothing=label_smoothing)
+    return loss, grads

@@ -1,0 +1,97 @@
+"""Finite-difference gradient checking in float64, shared by the NumPy backend's tests.
+
+Relative error, as used throughout: max |analytic - numeric| / max(max |analytic|, max |numeric|), so each
+array's gradient is judged against its own scale (entry-wise ratios are pure noise where an entry is ~0).
+When only some entries are sampled, the scale is still the whole gradient's largest entry.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from reluattn.params import flatten
+
+EPS = 1e-5  # central differences: truncation ~EPS^2, rounding ~1e-16 / EPS, both far below 1e-6
+TOLERANCE = 1e-6
+
+
+def relative_error(analytic, numeric, scale=0.0) -> float:
+    """max |analytic - numeric| / max(max |analytic|, max |numeric|, scale)."""
+    analytic = np.asarray(analytic, dtype=np.float64).reshape(-1)
+    numeric = np.asarray(numeric, dtype=np.float64).reshape(-1)
+    scale = max(np.max(np.abs(analytic)), np.max(np.abs(numeric)), scale)
+    return 0.0 if scale == 0.0 else float(np.max(np.abs(analytic - numeric)) / scale)
+
+
+def numeric_gradient(f, x, indices=None, eps=EPS):
+    """Central differences of the scalar f() with respect to entries `indices` (flat) of the float64 array
+    x (all entries when None). x is changed in place and restored."""
+    assert x.dtype == np.float64, f"finite differences need float64, got {x.dtype}"
+    flat = x.reshape(-1)
+    assert np.shares_memory(flat, x), "x must be contiguous so that its flat view writes through"
+    derivatives = []
+    for i in range(flat.size) if indices is None else indices:
+        original = flat[i]
+        flat[i] = original + eps
+        up = f()
+        flat[i] = original - eps
+        down = f()
+        flat[i] = original
+        derivatives.append((up - down) / (2 * eps))
+    return np.array(derivatives)
+
+
+def directional_derivative(f, x, direction, eps=EPS):
+    """(f(x + eps d) - f(x - eps d)) / (2 eps); x is changed in place and restored."""
+    original = x.copy()
+    x += eps * direction
+    up = f()
+    x[...] = original - eps * direction
+    down = f()
+    x[...] = original
+    return (up - down) / (2 * eps)
+
+
+def check_gradients(f, arrays: dict, grads: dict, *, samples=None, seed=0, tolerance=TOLERANCE) -> dict:
+    """Compare analytic `grads` with finite differences of the scalar f() for each named array.
+
+    `arrays` maps names to the float64 arrays f reads (changed in place and restored). With samples=None
+    every entry is checked; otherwise `samples` random entries of each array (against the scale of its
+    whole gradient) plus its derivative along one random direction d (which involves every entry at once;
+    judged against sum |grad * d|, the size of the sum before its terms cancel). Fails naming every array
+    over tolerance.
+    """
+    assert set(arrays) == set(grads), f"gradients for {sorted(set(grads) ^ set(arrays))} missing or extra"
+    rng = np.random.default_rng(seed)
+    errors = {}
+    for name, x in arrays.items():
+        grad = np.asarray(grads[name])
+        assert grad.shape == x.shape, f"{name}: gradient shape {grad.shape}, array shape {x.shape}"
+        if samples is None:
+            errors[name] = relative_error(grad, numeric_gradient(f, x))
+            continue
+        indices = rng.choice(x.size, size=min(samples, x.size), replace=False)
+        numeric = numeric_gradient(f, x, indices)
+        coordinate_error = relative_error(grad.reshape(-1)[indices], numeric, scale=np.max(np.abs(grad)))
+        direction = rng.normal(size=x.shape)
+        along = directional_derivative(f, x, direction)
+        direction_error = relative_error(np.sum(grad * direction), along, scale=np.sum(np.abs(grad * direction)))
+        errors[name] = max(coordinate_error, direction_error)
+    bad = {name: error for name, error in errors.items() if not error <= tolerance}
+    assert not bad, f"relative errors over {tolerance}: {bad}"
+    return errors
+
+
+def check_layer(forward, backward, inputs: dict, params: dict | None = None, seed=0, **options) -> dict:
+    """Check a forward/backward pair through loss = sum(out * R) for a fixed random R (so dout = R).
+
+    forward(inputs, params) returns the output array; backward(dout) returns (input gradients as a dict
+    named like `inputs`, parameter gradients as a tree like `params`, or None when there are none).
+    """
+    params = params or {}
+    dout = np.random.default_rng(seed + 1).normal(size=np.shape(forward(inputs, params)))
+    input_grads, param_grads = backward(dout)
+    arrays = {**{f"input:{name}": x for name, x in inputs.items()}, **flatten(params)}
+    grads = {**{f"input:{name}": g for name, g in input_grads.items()}, **flatten(param_grads or {})}
+    return check_gradients(lambda: float(np.sum(forward(inputs, params) * dout)), arrays, grads, seed=seed,
+                           **options)
