@@ -1,0 +1,163 @@
+"""Fetching the canonical CIFAR archives into the cache folder, resumably and checksum-verified.
+
+The file grows as `<name>.part`; a cut connection is resumed with an HTTP Range request (or restarted when
+the server ignores Range), the finished file's MD5 is checked against the published one, and only then is
+it renamed to its real name, so a file under the real name is always complete and verified.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import os
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from .cache import cache_dir
+from .errors import DataError
+
+
+@dataclass(frozen=True)
+class Archive:
+    filename: str
+    url: str
+    md5: str
+    url_variable: str  # environment variable that overrides the URL (a mirror, or a test server)
+
+
+# Published by the dataset's author at https://www.cs.toronto.edu/~kriz/cifar.html.
+ARCHIVES = {
+    "cifar10": Archive("cifar-10-python.tar.gz", "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",
+                       "c58f30108f718f92721af3b95e74349a", "RELUATTN_CIFAR10_URL"),
+    "cifar100": Archive("cifar-100-python.tar.gz", "https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz",
+                        "eb9058c3a382ffc7106e4002c42a8d85", "RELUATTN_CIFAR100_URL"),
+}
+CHUNK_BYTES = 1 << 16
+
+
+def md5_of(path) -> str:
+    digest = hashlib.md5()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _no_network(filename: str, url: str, reason) -> DataError:
+    return DataError(f"could not download {filename} from {url} ({reason}). Without network, get the file "
+                     f"elsewhere and point --data (or the RELUATTN_DATA variable) at it, at its extracted folder, "
+                     f"or at an image folder / .zip of <split>/<class>/<image>")
+
+
+def _open(url: str, offset: int, timeout: float):
+    headers = {"User-Agent": "reluattn", "Accept-Encoding": "identity"}
+    if offset:
+        headers["Range"] = f"bytes={offset}-"
+    return urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout)
+
+
+def _range_start(response) -> int | None:
+    """Where the body of a 206 response starts, from its "Content-Range: bytes start-end/total"."""
+    content_range = response.headers.get("Content-Range", "")
+    try:
+        return int(content_range.split()[1].split("-")[0]) if content_range.startswith("bytes ") else None
+    except (IndexError, ValueError):
+        return None
+
+
+def _transfer(response, part: Path, offset: int, progress: bool, label: str) -> tuple[int, int | None]:
+    """Append the response body to `part` from `offset` (0: write it afresh); returns (bytes now in part,
+    expected total, or None when the server did not say)."""
+    length = response.headers.get("Content-Length")
+    total = offset + int(length) if length is not None and length.isdigit() else None
+    received = offset
+    with open(part, "r+b" if offset else "wb") as file, \
+            tqdm(total=total, initial=offset, unit="B", unit_scale=True, unit_divisor=1024, desc=label,
+                 disable=not progress, leave=False) as bar:
+        file.seek(offset)
+        file.truncate()
+        while True:
+            block = response.read(CHUNK_BYTES)
+            if not block:
+                break
+            file.write(block)
+            received += len(block)
+            bar.update(len(block))
+        file.flush()
+        os.fsync(file.fileno())
+    return received, total
+
+
+def download(url: str, destination, md5: str, *, progress: bool = True, timeout: float = 10.0,
+             attempts: int = 3) -> Path:
+    """Download `url` to `destination` via `destination.part`, resuming up to `attempts` times when the
+    connection breaks, and verify `md5` before renaming. No connection at all fails at once."""
+    destination = Path(destination)
+    part = destination.with_name(destination.name + ".part")
+    try:
+        destination.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise DataError(f"cannot create the download folder {destination.parent} ({error.strerror or error}); "
+                        f"set RELUATTN_CACHE to a writable folder") from error
+    name = destination.name
+    for attempt in range(attempts):
+        offset = part.stat().st_size if part.exists() else 0
+        try:
+            response = _open(url, offset, timeout)
+        except urllib.error.HTTPError as error:
+            if error.code == 416 and offset:  # nothing after our offset: the part is whole, or is garbage
+                if md5_of(part) == md5:
+                    os.replace(part, destination)
+                    return destination
+                part.unlink()
+                continue
+            raise DataError(f"could not download {name} from {url}: HTTP {error.code} {error.reason}; try again "
+                            f"later, or point --data (or RELUATTN_DATA) at a local copy") from error
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as error:
+            if attempt == 0:  # nothing reachable: fail at once, saying how to do without
+                raise _no_network(name, url, getattr(error, "reason", error)) from error
+            break  # the server went away mid-download; the .part file stays for next time
+        if offset and getattr(response, "status", 200) == 206 and _range_start(response) != offset:
+            response.close()  # a range we did not ask for: throw the partial file away and start over
+            part.unlink()
+            continue
+        if getattr(response, "status", 200) != 206:
+            offset = 0  # the whole file came (the server ignores Range, or we asked for none): start over
+        try:
+            with response:
+                received, total = _transfer(response, part, offset, progress, name)
+        except (OSError, http.client.HTTPException) as error:  # cut off midway (reset, timeout, ...)
+            if isinstance(error, OSError) and error.errno in (28, 122):  # ENOSPC, EDQUOT
+                raise DataError(f"no space left while downloading {name} to {part}; free some space or set "
+                                f"RELUATTN_CACHE to another folder") from error
+            continue
+        if total is not None and received < total:
+            continue  # the connection closed early: resume from what we have
+        actual = md5_of(part)
+        if actual != md5:
+            part.unlink()
+            raise DataError(f"{name} downloaded from {url} has md5 {actual}, not the published {md5}; the download "
+                            f"was corrupted (or the file changed) and was deleted: run again, or use a local copy")
+        os.replace(part, destination)
+        return destination
+    have = part.stat().st_size if part.exists() else 0
+    raise DataError(f"the download of {name} from {url} broke off {attempts} times ({have} bytes kept in {part}); "
+                    f"run again to resume, or point --data (or RELUATTN_DATA) at a local copy")
+
+
+def fetch_cifar(kind: str, *, progress: bool = True, url: str | None = None, md5: str | None = None,
+                timeout: float = 10.0) -> Path:
+    """The canonical archive of `kind` ("cifar10" / "cifar100") in the cache folder, downloaded if absent.
+    The URL is `url`, else the archive's environment variable (e.g. RELUATTN_CIFAR10_URL), else the official one."""
+    if kind not in ARCHIVES:
+        raise DataError(f"only {', '.join(ARCHIVES)} can be downloaded; got {kind!r} (pass --data PATH)")
+    archive = ARCHIVES[kind]
+    destination = cache_dir() / "downloads" / archive.filename
+    if destination.is_file():  # only a verified download is ever renamed to this name
+        return destination
+    url = url or os.environ.get(archive.url_variable) or archive.url
+    return download(url, destination, md5 or archive.md5, progress=progress, timeout=timeout)

@@ -1,0 +1,9 @@
+"""The one error the data layer raises for bad input."""
+
+
+class DataError(ValueError):
+    """Bad data on disk or on the wire. The message is one line saying what is wrong and what to do,
+    so the command line can print it as it is, without a traceback."""
+
+    def __init__(self, message: str):
+        super().__init__(" ".join(str(message).split()))  # one line, whatever the pieces held

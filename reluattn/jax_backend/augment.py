@@ -1,0 +1,163 @@
+"""Data augmentation on the accelerator, inside the jitted training step.
+
+Pure functions of an explicit PRNG key, batched and vectorised (no Python loop over images):
+random crop with zero padding, random horizontal flip, uint8 -> float with per-channel normalisation, and
+optional mixup / cutmix that turn integer labels into soft (B, K) targets. The host ships uint8 batches
+(4x fewer bytes than float32); everything else happens here.
+
+Shapes: B batch, S image side in pixels, C channels, K classes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+# Per-channel mean and standard deviation of pixel / 255 over the 50,000 training images of the shared
+# CIFAR-10 JPEG copy (../shared/data/cifar10-train.zip), measured with:
+#   python -c "import numpy as np; from reluattn.data import load_dataset;
+#     x = load_dataset('../shared/data/cifar10-train.zip').images.reshape(-1, 3) / 255.0;
+#     print(x.mean(0).round(4), x.std(0).round(4))"
+# (The canonical archive gives 0.4914 0.4822 0.4465 / 0.2470 0.2435 0.2616; JPEG smooths the copy a little.)
+CIFAR10_MEAN = (0.4913, 0.4821, 0.4465)
+CIFAR10_STD = (0.2452, 0.2428, 0.2606)
+
+
+@dataclass(frozen=True)
+class AugmentConfig:
+    """What the training step does to each batch; frozen, so it can be a static jit argument."""
+    crop_padding: int = 4          # pixels of zero padding before a random crop back to S x S; 0: no crop
+    flip: bool = True              # mirror half the images left-right
+    mixup_alpha: float = 0.0       # Beta(alpha, alpha) mixing weight; 0: no mixup
+    cutmix_alpha: float = 0.0      # Beta(alpha, alpha) kept area; 0: no cutmix (both > 0: one or the other per batch)
+    mean: tuple = CIFAR10_MEAN     # per-channel, of pixel / 255
+    std: tuple = CIFAR10_STD
+
+    def __post_init__(self):
+        if isinstance(self.crop_padding, bool) or not isinstance(self.crop_padding, int) or self.crop_padding < 0:
+            raise ValueError(f"AugmentConfig.crop_padding must be an int >= 0, got {self.crop_padding!r}")
+        if not isinstance(self.flip, bool):
+            raise ValueError(f"AugmentConfig.flip must be True or False, got {self.flip!r}")
+        for name in ("mixup_alpha", "cutmix_alpha"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"AugmentConfig.{name} must be a finite number >= 0, got {value!r}")
+        mean, std = tuple(self.mean), tuple(self.std)
+        if not mean or len(mean) != len(std):
+            raise ValueError(f"AugmentConfig.mean and .std must have one value per channel; got {mean} and {std}")
+        if not all(isinstance(s, (int, float)) and s > 0 for s in std):
+            raise ValueError(f"AugmentConfig.std must be positive numbers, got {std}")
+        object.__setattr__(self, "mean", tuple(float(m) for m in mean))  # tuples keep the config hashable
+        object.__setattr__(self, "std", tuple(float(s) for s in std))
+
+    @property
+    def mixes(self) -> bool:
+        return self.mixup_alpha > 0 or self.cutmix_alpha > 0
+
+
+def to_float(images, dtype=jnp.float32):
+    """uint8 pixels in [0, 255] -> floats in [0, 1]."""
+    return images.astype(dtype) / 255.0  # (B, S, S, C)
+
+
+def normalize(images, mean=CIFAR10_MEAN, std=CIFAR10_STD, dtype=jnp.float32):
+    """uint8 images -> (pixel / 255 - mean) / std per channel, in `dtype` (computed in float32)."""
+    if images.shape[-1] != len(mean):
+        raise ValueError(f"images have {images.shape[-1]} channels but mean/std give {len(mean)}")
+    scale = 1.0 / (255.0 * jnp.asarray(std, jnp.float32))             # (C,)
+    shift = jnp.asarray(mean, jnp.float32) / jnp.asarray(std, jnp.float32)  # (C,)
+    return (images.astype(jnp.float32) * scale - shift).astype(dtype)  # (B, S, S, C)
+
+
+def random_crop(key, images, padding: int = 4):
+    """Pad each image with `padding` zero pixels on every side and cut out an S x S window at a random
+    offset in [0, 2 * padding] (independent per image). Works on uint8 as well as floats."""
+    batch, height, width, channels = images.shape
+    padded = jnp.pad(images, ((0, 0), (padding, padding), (padding, padding), (0, 0)))  # (B, S+2p, S+2p, C)
+    offsets = jax.random.randint(key, (batch, 2), 0, 2 * padding + 1)                   # (B, 2) row, column
+    window = lambda image, offset: lax.dynamic_slice(image, (offset[0], offset[1], 0), (height, width, channels))
+    return jax.vmap(window)(padded, offsets)  # (B, S, S, C)
+
+
+def random_flip(key, images):
+    """Mirror each image left-right with probability 1/2."""
+    flips = jax.random.bernoulli(key, 0.5, (images.shape[0],))              # (B,)
+    return jnp.where(flips[:, None, None, None], images[:, :, ::-1], images)  # (B, S, S, C)
+
+
+def one_hot(labels, num_classes: int, dtype=jnp.float32):
+    """(B,) integer labels -> (B, K) one-hot targets; (B, K) targets pass through unchanged."""
+    if labels.ndim == 2:
+        return labels.astype(dtype)
+    return jax.nn.one_hot(labels, num_classes, dtype=dtype)  # (B, K)
+
+
+def _cutmix_keep_mask(key, height: int, width: int, alpha: float):
+    """(S, S) mask: 0 inside a random box covering about 1 - lambda of the image, 1 elsewhere."""
+    lam_key, row_key, column_key = jax.random.split(key, 3)
+    lam = jax.random.beta(lam_key, alpha, alpha)
+    cut = jnp.sqrt(1.0 - lam)  # box side as a fraction of the image side
+    half_height = (cut * height / 2).astype(jnp.int32)
+    half_width = (cut * width / 2).astype(jnp.int32)
+    center_row = jax.random.randint(row_key, (), 0, height)
+    center_column = jax.random.randint(column_key, (), 0, width)
+    rows, columns = jnp.arange(height), jnp.arange(width)                                    # (S,), (S,)
+    in_rows = (rows >= center_row - half_height) & (rows < center_row + half_height)          # (S,)
+    in_columns = (columns >= center_column - half_width) & (columns < center_column + half_width)  # (S,)
+    return 1.0 - (in_rows[:, None] & in_columns[None, :]).astype(jnp.float32)               # (S, S)
+
+
+def mix_batch(key, images, targets, mixup_alpha: float = 0.0, cutmix_alpha: float = 0.0):
+    """Mix each image with another of the batch (a random permutation): mixup blends whole images with
+    one weight lambda ~ Beta(alpha, alpha) per batch; cutmix pastes a box of the partner; with both alphas
+    > 0 each batch gets one or the other. Targets (B, K) mix in the proportion of pixels kept, so each row
+    still sums to 1. Returns float images and targets."""
+    if mixup_alpha <= 0 and cutmix_alpha <= 0:
+        return images, targets
+    batch, height, width, _ = images.shape
+    permutation_key, mixup_key, cutmix_key, choice_key = jax.random.split(key, 4)
+    partner = jax.random.permutation(permutation_key, batch)  # (B,)
+    masks = []
+    if mixup_alpha > 0:
+        masks.append(jnp.full((height, width), jax.random.beta(mixup_key, mixup_alpha, mixup_alpha)))  # (S, S)
+    if cutmix_alpha > 0:
+        masks.append(_cutmix_keep_mask(cutmix_key, height, width, cutmix_alpha))                       # (S, S)
+    keep = masks[0] if len(masks) == 1 else jnp.where(jax.random.bernoulli(choice_key), masks[0], masks[1])
+    keep_pixels = keep[None, :, :, None].astype(images.dtype)                        # (1, S, S, 1)
+    mixed = keep_pixels * images + (1 - keep_pixels) * images[partner]                # (B, S, S, C)
+    kept = jnp.mean(keep).astype(targets.dtype)  # the share of each image that is its own
+    return mixed, kept * targets + (1 - kept) * targets[partner]                      # (B, K)
+
+
+def mixup(key, images, targets, alpha: float):
+    """Mixup (Zhang et al. 2018) of float images and (B, K) targets."""
+    return mix_batch(key, images, targets, mixup_alpha=alpha)
+
+
+def cutmix(key, images, targets, alpha: float):
+    """CutMix (Yun et al. 2019) of float images and (B, K) targets."""
+    return mix_batch(key, images, targets, cutmix_alpha=alpha)
+
+
+def augment_batch(key, images, labels, cfg: AugmentConfig, num_classes: int, dtype=jnp.float32):
+    """A training batch: uint8 (B, S, S, C) images and (B,) labels -> normalised `dtype` images and the
+    labels, which become (B, K) float32 targets when mixup or cutmix is on. Call it inside the jitted step
+    with `cfg` and `num_classes` static."""
+    crop_key, flip_key, mix_key = jax.random.split(key, 3)
+    if cfg.crop_padding:
+        images = random_crop(crop_key, images, cfg.crop_padding)  # (B, S, S, C) uint8: pads with black
+    if cfg.flip:
+        images = random_flip(flip_key, images)
+    images = normalize(images, cfg.mean, cfg.std)  # (B, S, S, C) float32
+    if cfg.mixes:
+        images, labels = mix_batch(mix_key, images, one_hot(labels, num_classes), cfg.mixup_alpha, cfg.cutmix_alpha)
+    return images.astype(dtype), labels
+
+
+def prepare_eval_batch(images, cfg: AugmentConfig, dtype=jnp.float32):
+    """An evaluation batch: uint8 images -> normalised `dtype` images, nothing random."""
+    return normalize(images, cfg.mean, cfg.std, dtype)

@@ -1,0 +1,161 @@
+"""Small datasets in the real on-disk formats, built inside tests (no network, no shared files).
+
+`python2_pickle` writes what Python 2's cPickle wrote for the canonical CIFAR batches: protocol 2, strings
+as BINSTRING (so they load as bytes with encoding="bytes"), NumPy arrays through
+numpy.core.multiarray._reconstruct.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import struct
+import tarfile
+import zipfile
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
+CIFAR100_CLASSES = tuple(f"class_{i:02d}" for i in range(100))
+
+
+class Python2Pickler(pickle._Pickler):
+    """The pure-Python pickler, writing every str and bytes as a Python-2 byte string."""
+    dispatch = pickle._Pickler.dispatch.copy()
+
+    def save_python2_string(self, obj):
+        data = obj if isinstance(obj, bytes) else obj.encode("latin-1")
+        if len(data) < 256:
+            self.write(pickle.SHORT_BINSTRING + bytes([len(data)]) + data)
+        else:
+            self.write(pickle.BINSTRING + struct.pack("<i", len(data)) + data)
+        self.memoize(obj)
+
+    dispatch[bytes] = save_python2_string
+    dispatch[str] = save_python2_string
+
+
+def python2_pickle(obj) -> bytes:
+    buffer = io.BytesIO()
+    Python2Pickler(buffer, protocol=2).dump(obj)
+    # Python 2 / NumPy 1 named the array module numpy.core.multiarray.
+    return buffer.getvalue().replace(b"cnumpy._core.multiarray\n", b"cnumpy.core.multiarray\n")
+
+
+def to_rows(images: np.ndarray) -> np.ndarray:
+    """(n, 32, 32, 3) -> the format's (n, 3072) channel-major rows."""
+    return np.ascontiguousarray(images.transpose(0, 3, 1, 2).reshape(len(images), 3072))
+
+
+def cifar_files(kind: str, *, per_batch: int = 3, test_size: int = 4, seed: int = 0, pickler=python2_pickle):
+    """{file name: pickled bytes} of a small CIFAR-10 or CIFAR-100 and the expected arrays per split."""
+    rng = np.random.default_rng(seed)
+    classes = CIFAR10_CLASSES if kind == "cifar10" else CIFAR100_CLASSES
+    batches = {"train": [f"data_batch_{i}" for i in range(1, 6)], "test": ["test_batch"]} if kind == "cifar10" \
+        else {"train": ["train"], "test": ["test"]}
+    files, expected = {}, {}
+    for split, names in batches.items():
+        parts = []
+        for name in names:
+            count = per_batch if split == "train" else test_size
+            if kind == "cifar100" and split == "train":
+                count = per_batch * 2
+            images = rng.integers(0, 256, (count, 32, 32, 3), dtype=np.uint8)
+            labels = [int(v) for v in rng.integers(0, len(classes), count)]
+            record = {b"batch_label": name.encode(), b"data": to_rows(images),
+                      b"filenames": [f"img_{i}.png".encode() for i in range(count)]}
+            if kind == "cifar10":
+                record[b"labels"] = labels
+            else:
+                record[b"fine_labels"] = labels
+                record[b"coarse_labels"] = [label // 5 for label in labels]
+            files[name] = pickler(record)
+            parts.append((images, np.array(labels, dtype=np.int32)))
+        expected[split] = (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
+    if kind == "cifar10":
+        files["batches.meta"] = pickler({b"label_names": [c.encode() for c in classes], b"num_vis": 3072,
+                                         b"num_cases_per_batch": per_batch})
+    else:
+        files["meta"] = pickler({b"fine_label_names": [c.encode() for c in classes],
+                                 b"coarse_label_names": [f"super_{i}".encode() for i in range(20)]})
+    return files, expected, classes
+
+
+def folder_name(kind: str) -> str:
+    return "cifar-10-batches-py" if kind == "cifar10" else "cifar-100-python"
+
+
+def write_tar(path: Path, members: dict, *, folder: str | None = None, mode: str = "w:gz") -> Path:
+    """A tar archive holding `members` (name -> bytes), under `folder/` when given."""
+    with tarfile.open(path, mode) as archive:
+        if folder:
+            info = tarfile.TarInfo(folder)
+            info.type = tarfile.DIRTYPE
+            archive.addfile(info)
+        for name, data in members.items():
+            info = tarfile.TarInfo(f"{folder}/{name}" if folder else name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return path
+
+
+def write_cifar_archive(directory: Path, kind: str = "cifar10", **options):
+    files, expected, classes = cifar_files(kind, **options)
+    files["readme.html"] = b"<html></html>"
+    name = "cifar-10-python.tar.gz" if kind == "cifar10" else "cifar-100-python.tar.gz"
+    return write_tar(Path(directory) / name, files, folder=folder_name(kind)), expected, classes
+
+
+def write_cifar_folder(directory: Path, kind: str = "cifar10", **options):
+    """The folder the archive extracts to: returns (parent folder, expected, classes)."""
+    files, expected, classes = cifar_files(kind, **options)
+    folder = Path(directory) / folder_name(kind)
+    folder.mkdir(parents=True)
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
+    return Path(directory), expected, classes
+
+
+def encode_image(pixels: np.ndarray, format: str = "PNG") -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format=format)
+    return buffer.getvalue()
+
+
+def labelled_pixels(label: int, number: int, side: int = 8) -> np.ndarray:
+    """An image whose pixels say which class and which image it is (red = label, green = number)."""
+    pixels = np.zeros((side, side, 3), dtype=np.uint8)
+    pixels[..., 0] = label
+    pixels[..., 1] = number
+    pixels[0, 0, 2] = 255  # one marked corner, so a flipped or transposed read shows
+    return pixels
+
+
+def image_folder_files(layout: dict, side: int = 8) -> tuple[dict, dict]:
+    """layout {split: {class: count}} -> ({relative path: PNG bytes}, {split: [(class, number)]})."""
+    classes = sorted({name for counts in layout.values() for name in counts})
+    files, truth = {}, {}
+    for split, counts in layout.items():
+        for name, count in counts.items():
+            for number in range(count):
+                pixels = labelled_pixels(classes.index(name), number, side)
+                files[f"{split}/{name}/{number:04d}.png"] = encode_image(pixels)
+                truth.setdefault(split, []).append((name, number))
+    return files, truth
+
+
+def write_files(root: Path, files: dict) -> Path:
+    for name, data in files.items():
+        path = Path(root) / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return Path(root)
+
+
+def write_zip(path: Path, files: dict) -> Path:
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+    return Path(path)
