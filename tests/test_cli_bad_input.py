@@ -18,10 +18,13 @@ def data(tmp_path_factory):
     return make_folder_dataset(tmp_path_factory.mktemp("folder"))
 
 
-@pytest.fixture(autouse=True)
-def cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("RELUATTN_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
-    monkeypatch.delenv("RELUATTN_DATA", raising=False)
+@pytest.fixture(scope="module", autouse=True)
+def environment(tmp_path_factory):
+    """A private data cache and no RELUATTN_DATA, for the module's fixtures as well as its tests."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RELUATTN_CACHE", str(tmp_path_factory.mktemp("cache")))
+        patch.delenv("RELUATTN_DATA", raising=False)
+        yield
 
 
 @pytest.fixture(scope="module")
