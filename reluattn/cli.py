@@ -186,9 +186,9 @@ def train_config_from_args(args, base):
     return base.replace(model=model, optimizer=optimizer, augmentation=augmentation, **top)
 
 
-def _data_argument(args, fallback=None):
-    data = args.data or os.environ.get(DATA_ENV) or fallback
-    return data or None
+def _data_argument(args):
+    """--data, else $RELUATTN_DATA, else None (train downloads CIFAR; evaluate uses the run's own path)."""
+    return args.data or os.environ.get(DATA_ENV) or None
 
 
 def _command_train(args) -> int:
@@ -197,11 +197,11 @@ def _command_train(args) -> int:
     out = args.out
     if args.resume:
         if not out:
-            raise UsageError("train --resume needs --out DIR, the run directory to continue")
+            raise UsageError("reluattn train: --resume needs --out DIR, the run directory to continue")
         from .resume import saved_train_config
         saved = saved_train_config(out)
         if args.preset is not None and args.preset != saved.preset:
-            raise UsageError(f"train --resume: {out} was trained with preset {saved.preset!r}, not "
+            raise UsageError(f"reluattn train: {out} was trained with preset {saved.preset!r}, not "
                              f"{args.preset!r}; drop --preset or start a new run with another --out")
         config = train_config_from_args(args, saved)
     else:

@@ -10,7 +10,7 @@ import pytest
 from reluattn import checkpoint
 from reluattn.checkpoint import list_checkpoints, load_checkpoint
 from reluattn.cli import main
-from train_helpers import make_folder_dataset, tiny_args
+from train_helpers import make_cifar10_archive, make_folder_dataset, tiny_args
 
 
 @pytest.fixture(scope="module")
@@ -54,9 +54,17 @@ def test_missing_archive(capsys, tmp_path):
 
 
 def test_truncated_archive(capsys, tmp_path):
+    whole = make_cifar10_archive(tmp_path / "whole.tar.gz")
     archive = tmp_path / "cifar-10-python.tar.gz"
-    archive.write_bytes(b"\x1f\x8b\x08\x00" + bytes(200))  # a gzip header and then nothing sensible
-    fails_with_one_line(capsys, tiny_args(archive, tmp_path / "run"), str(archive))
+    archive.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])  # a download cut off half-way
+    fails_with_one_line(capsys, tiny_args(archive, tmp_path / "run"), str(archive), "truncated")
+
+
+def test_cifar_archive_trains(capsys, tmp_path):
+    """The same command on the intact archive works (so the failure above is the truncation)."""
+    archive = make_cifar10_archive(tmp_path / "cifar-10-python.tar.gz")
+    assert main(tiny_args(archive, tmp_path / "run", steps=2, **{"--backend": "numpy", "--val-split": 20})) == 0
+    assert "on 80 images (cifar10)" in capsys.readouterr().out
 
 
 def test_image_folder_without_classes(capsys, tmp_path):
@@ -144,6 +152,11 @@ def test_usage_errors(capsys, data, tmp_path):
                         code=2)
     fails_with_one_line(capsys, ["evaluate", "--data", str(data)], "--checkpoint", code=2)
     fails_with_one_line(capsys, ["train", "--resume"], "--out", code=2)
+
+
+def test_resume_with_another_preset(capsys, trained, data):
+    fails_with_one_line(capsys, ["train", "--resume", "--out", str(trained), "--preset", "gpu-tiny",
+                                 "--data", str(data)], "was trained with preset 'cpu-small'", code=2)
 
 
 def test_debug_shows_the_traceback(data, tmp_path):

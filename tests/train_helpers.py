@@ -30,6 +30,26 @@ def make_folder_dataset(root: Path, train_per_class: int = 24, test_per_class: i
     return root
 
 
+def make_cifar10_archive(path: Path, per_batch: int = 20) -> Path:
+    """A cifar-10-python.tar.gz of the canonical layout (5 training batches, a test batch, the meta file)."""
+    import io
+    import pickle
+    import tarfile
+    rng = np.random.default_rng(0)
+    with tarfile.open(path, "w:gz") as tar:
+        for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch", "batches.meta"]:
+            if name == "batches.meta":
+                record = {b"label_names": [f"class{k}".encode() for k in range(10)]}
+            else:
+                record = {b"data": rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8),
+                          b"labels": [k % 10 for k in range(per_batch)]}
+            payload = pickle.dumps(record)
+            member = tarfile.TarInfo(f"cifar-10-batches-py/{name}")
+            member.size = len(payload)
+            tar.addfile(member, io.BytesIO(payload))
+    return path
+
+
 def tiny_args(data: Path, out: Path, steps: int = 12, **overrides) -> list[str]:
     """`train` flags of a 16-wide, one-block ViT on the tiny dataset."""
     flags = {"--data": data, "--out": out, "--steps": steps, "--dim": 16, "--depth": 1, "--heads": 2,
