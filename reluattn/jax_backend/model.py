@@ -76,20 +76,18 @@ def forward(params, images, cfg: ViTConfig, compute_dtype=None, return_attention
     """Logits (B, K) and, when asked, the list of per-block attention weights (B, H, T, T)."""
     param_dtype = jnp.result_type(*jax.tree.leaves(params))
     x = embed(params, images.astype(param_dtype), cfg, compute_dtype)  # (B, T, D)
-    # The blocks share one structure, so stack their parameters (a leading depth axis) and scan over them:
-    # XLA compiles one block, not `depth` unrolled copies, so compile time does not grow with depth. On the
-    # reference config (busy 2-core CPU) it ran within noise of a Python loop over the blocks (faster in
-    # some runs, slower in others); re-measure on a quiet machine when tuning speed.
-    stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves), *params["blocks"])  # each leaf (depth, ...)
-
-    def one_block(x, block_params):
-        return block(x, block_params, cfg, compute_dtype, return_attention)
-
-    x, weights = jax.lax.scan(one_block, x, stacked)  # (B, T, D), (depth, B, H, T, T) or None
+    # A plain Python loop: XLA compiles `depth` copies of the block. A lax.scan over stacked block
+    # parameters would compile one, but then XLA stacks every saved activation into a (depth, ...) array
+    # and slices it back in the backward pass, which on CPU cost more than all the matmuls together
+    # (docs/performance.md); compile time for the reference depth of 6 is a few seconds either way.
+    weights = []
+    for block_params in params["blocks"]:
+        x, block_weights = block(x, block_params, cfg, compute_dtype, return_attention)  # (B, T, D)
+        weights.append(block_weights)  # (B, H, T, T) or None
     x = layer_norm(x, params["ln_f"])  # (B, T, D)
     pooled = x[:, 0] if cfg.pool == "cls" else x.mean(axis=1)  # (B, D)
     logits = dense(pooled, params["head"], compute_dtype)  # (B, K)
-    return (logits, list(weights)) if return_attention else logits
+    return (logits, weights) if return_attention else logits
 
 
 def cross_entropy(logits, labels, label_smoothing=0.0):
