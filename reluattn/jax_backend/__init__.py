@@ -18,7 +18,11 @@ and blocked attention), model.py (the ViT, loss, jitted entry points), train.py 
 sharding.py (data parallel over devices and hosts).
 """
 
-from . import sharding
+from . import cpu_setup
+
+cpu_setup.configure()  # before anything starts an XLA backend; see cpu_setup.py (RELUATTN_CPU_SETUP=0 opts out)
+
+from . import sharding  # noqa: E402
 from .attention import attention, attention_weights
 from .model import apply, forward, loss_and_grad, loss_and_logits
 from .sharding import data_mesh, make_sharded_train_step, replicate, shard_batch, sharded_train_step

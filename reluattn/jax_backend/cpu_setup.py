@@ -1,0 +1,53 @@
+"""Process settings that make XLA fast on CPU, applied once when the JAX backend is imported.
+
+XLA:CPU allocates all of a jitted program's intermediate arrays as one block per call (about 0.5-0.7 GB
+for a training step of the reference ViT). glibc's malloc hands a block that large straight to the kernel
+(mmap) and gives it back on free, so every call touches fresh pages: on the reference model that was
+~170,000 page faults and a quarter of the CPU time of each step spent in the kernel zeroing memory
+(docs/performance.md). Asking malloc to serve large blocks from its heap and keep them reuses the block.
+
+    RELUATTN_CPU_SETUP=0     leave the process alone (nothing below is done)
+
+What is done, on Linux with glibc only, before any JAX backend exists (afterwards XLA's threads have
+their own malloc arenas and changing the settings would not reach them), and only for settings the user
+has not chosen through glibc's environment variables (MALLOC_ARENA_MAX, MALLOC_MMAP_MAX_,
+MALLOC_TRIM_THRESHOLD_, MALLOC_TOP_PAD_): one malloc arena shared by all threads, no mmap for large
+blocks, no returning of freed heap memory to the system, and heap growth in 64 MiB steps. The cost: memory freed by the process is kept for reuse
+rather than returned to the system, so its resident size stays at its peak.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import platform
+
+# glibc's mallopt parameters (malloc.h).
+M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_MAX, M_ARENA_MAX = -1, -2, -4, -8
+NEVER_TRIM = 2**31 - 1  # the largest value mallopt takes
+TOP_PAD = 64 * 2**20  # grow the heap in 64 MiB steps, so small arrays placed after a freed block don't
+                      # leave it a little too small for the next call's block
+
+applied: dict[str, int] = {}  # what configure() changed, for inspection and tests
+
+
+def configure() -> dict:
+    """Apply the settings above unless opted out, already done, or too late. Returns what was applied."""
+    if applied or os.environ.get("RELUATTN_CPU_SETUP", "1") == "0":
+        return applied
+    from jax._src import xla_bridge  # private, but the only way to ask whether a backend already exists
+    if xla_bridge.backends_are_initialized():
+        return applied
+    if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
+        _keep_large_blocks_in_malloc()
+    return applied
+
+
+def _keep_large_blocks_in_malloc() -> None:
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    settings = {"MALLOC_ARENA_MAX": (M_ARENA_MAX, 1), "MALLOC_MMAP_MAX_": (M_MMAP_MAX, 0),
+                "MALLOC_TRIM_THRESHOLD_": (M_TRIM_THRESHOLD, NEVER_TRIM), "MALLOC_TOP_PAD_": (M_TOP_PAD, TOP_PAD)}
+    for variable, (parameter, value) in settings.items():
+        if variable not in os.environ and libc.mallopt(parameter, value) == 1:  # mallopt returns 1 on success
+            applied[variable] = value
