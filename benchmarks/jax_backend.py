@@ -1,27 +1,34 @@
-"""Speed of the JAX backend on the SPEC reference config, beside the NumPy backend and (when installed)
-a plain PyTorch eager ViT of the same shapes.
+"""Speed of the JAX backend on the SPEC reference config, side by side with a plain PyTorch eager ViT of the
+same shapes (when torch is installed) and the NumPy backend.
 
-    PYTHONPATH=. python benchmarks/jax_backend.py                 # the full table (minutes on a CPU)
-    PYTHONPATH=. python benchmarks/jax_backend.py --quick         # a tiny model, to see that it runs
+    PYTHONPATH=. python benchmarks/jax_backend.py                  # the full table (minutes on a CPU)
+    PYTHONPATH=. python benchmarks/jax_backend.py --quick          # a tiny model, to see that it runs
 
 Reference config (SPEC §3): ViT 192 wide, 6 deep, 3 heads, MLP 384, patch 4, class token, 32x32x3 images,
 10 classes, batch 128; `cfg.flops_per_image()` (0.753 GFLOP forward+backward) gives the GFLOP/s.
 
-Each measurement: `--warmup` untimed calls (compilation, caches), then `--repeats` timed calls of one
-batch each, waiting for the result every time; the table shows the median. Rows:
-  * jax loss_and_grad / train_step, relu and softmax attention, float32 and bfloat16 compute;
-  * numpy loss_and_grad (float32);
-  * torch (if `import torch` works; not a dependency): the same ViT in eager mode, loss+backward and a full
-    AdamW step, float32 and bfloat16 autocast; the last column is the JAX row's speed over PyTorch's.
-Do not run it on a machine others are using: the numbers would be theirs too.
+How it measures, so that a load spike from other work hits every row alike:
+  * every runner is built and called `--warmup` times first (compilation, caches, allocator warm-up);
+  * then `--rounds` rounds; in each round every runner is called `--repeats` times in a row, timed one
+    call at a time (each call waits for its result). Rows are the median over all rounds' calls;
+  * the load average is printed with every round. Do not trust numbers taken while it is high.
+Rows: jax loss_and_grad / train_step, relu and softmax attention, float32 and bfloat16 compute; torch
+(not a dependency) the same ViT in eager mode -- attention written out as matmul, relu(s)/L or softmax,
+matmul -- float32 and bfloat16 autocast, plus softmax through F.scaled_dot_product_attention; numpy
+loss_and_grad (float32, timed once per round). The jax/torch column divides by the plain torch row of the
+same precision and function. Torch runs on as many threads as XLA (all cores).
 """
 
 from __future__ import annotations
 
 import argparse
-import math
+import importlib.util
+import json
+import os
 import platform
 import statistics
+import subprocess
+import sys
 import time
 
 import jax
@@ -30,43 +37,35 @@ import numpy as np
 
 import reluattn as ra
 
-jb, nb = ra.backend("jax"), ra.backend("numpy")
+FUNCTIONS = ("loss_and_grad", "train_step")
 
 
-def median_seconds(run, warmup: int, repeats: int) -> float:
-    """Median wall time of `run()` (which must block until its result is ready) after `warmup` calls."""
-    for _ in range(warmup):
-        run()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def jax_runners(cfg, opt_cfg, params, images, labels, compute_dtype):
+    """{function: closure} for the JAX backend; each closure blocks until its result is ready."""
+    jb = ra.backend("jax")  # imported here: the torch process must not get the JAX backend's CPU setup
+    params = jax.tree.map(jnp.asarray, params)
+    images, labels = jnp.asarray(images), jnp.asarray(labels)
 
-
-def jax_runs(cfg, opt_cfg, params, images, labels, compute_dtype):
-    """(loss_and_grad, train_step) closures that block on their results."""
     def loss_and_grad():
-        loss, grads = jb.loss_and_grad(params, images, labels, cfg, compute_dtype=compute_dtype)
-        jax.block_until_ready((loss, grads))
+        jax.block_until_ready(jb.loss_and_grad(params, images, labels, cfg, compute_dtype=compute_dtype))
 
-    state = {"params": jax.tree.map(jnp.asarray, params)}
+    state = {"params": jax.tree.map(jnp.array, params)}  # a copy: the step donates (consumes) its inputs
     state["opt"] = jb.init_optimizer(state["params"], opt_cfg)
 
-    def train_step():  # the step donates its inputs, so carry the new ones along
+    def train_step():
         state["params"], state["opt"], metrics = jb.train_step(
             state["params"], state["opt"], images, labels, cfg, opt_cfg, compute_dtype=compute_dtype)
         jax.block_until_ready(metrics["loss"])
 
-    return loss_and_grad, train_step
+    return {"loss_and_grad": loss_and_grad, "train_step": train_step}
 
 
 # ------------------------------------------------------------------------------------- PyTorch baseline
 
-def torch_runs(torch, cfg, opt_cfg, images, labels, autocast_bfloat16: bool):
+def torch_runners(torch, cfg, opt_cfg, images, labels, autocast_bfloat16: bool, sdpa: bool = False):
     """A plain eager PyTorch ViT of the same shapes and maths (pre-LN, fused qkv, tanh GELU, eps 1e-6,
-    attention relu(s)/L or softmax), and (loss+backward, AdamW step) closures."""
+    attention relu(s)/L or softmax written out; or F.scaled_dot_product_attention when `sdpa`), and its
+    {function: closure}: loss+backward, and a full AdamW step (with clipping, like the JAX step)."""
     nn, functional = torch.nn, torch.nn.functional
     dim, heads, head_dim, tokens = cfg.dim, cfg.heads, cfg.head_dim, cfg.num_tokens
     kind, alpha = cfg.attention.kind, cfg.attention.alpha
@@ -81,13 +80,16 @@ def torch_runs(torch, cfg, opt_cfg, images, labels, autocast_bfloat16: bool):
         def forward(self, x):
             batch = x.shape[0]
             q, k, v = self.qkv(self.ln1(x)).view(batch, tokens, 3, heads, head_dim).permute(2, 0, 3, 1, 4)
-            scores = (q * head_dim ** -0.5) @ k.transpose(-1, -2)  # (B, H, T, T)
-            if kind == "softmax":
-                weights = scores.softmax(dim=-1)
+            if sdpa:
+                out = functional.scaled_dot_product_attention(q, k, v)
             else:
-                weights = functional.relu(scores) * tokens ** -alpha
-            out = (weights @ v).transpose(1, 2).reshape(batch, tokens, dim)
-            x = x + self.proj(out)
+                scores = (q * head_dim ** -0.5) @ k.transpose(-1, -2)  # (B, H, T, T)
+                if kind == "softmax":
+                    weights = scores.softmax(dim=-1)
+                else:
+                    weights = functional.relu(scores) * tokens ** -alpha
+                out = weights @ v
+            x = x + self.proj(out.transpose(1, 2).reshape(batch, tokens, dim))
             return x + self.fc2(functional.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
 
     class ViT(nn.Module):
@@ -114,19 +116,88 @@ def torch_runs(torch, cfg, opt_cfg, images, labels, autocast_bfloat16: bool):
                                   betas=(opt_cfg.b1, opt_cfg.b2), eps=opt_cfg.eps)
     x, y = torch.from_numpy(np.asarray(images, np.float32)), torch.from_numpy(np.asarray(labels, np.int64))
 
-    def loss_and_backward():
+    def loss_and_grad():
         model.zero_grad(set_to_none=True)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast_bfloat16):
             loss = functional.cross_entropy(model(x), y)
         loss.backward()
 
     def train_step():
-        loss_and_backward()
+        loss_and_grad()
         if opt_cfg.clip_norm is not None:
             torch.nn.utils.clip_grad_norm_(model.parameters(), opt_cfg.clip_norm)
         optimizer.step()
 
-    return loss_and_backward, train_step
+    return {"loss_and_grad": loss_and_grad, "train_step": train_step}
+
+
+# ------------------------------------------------------------------------------------------- processes
+
+def build_runners(backend, args):
+    """{(backend, kind, precision, function): closure} for one backend, in this process."""
+    base = reference_config(args)
+    opt_cfg = ra.OptimizerConfig(total_steps=10_000, warmup_steps=100)
+    rng = np.random.default_rng(0)
+    images = rng.normal(size=(args.batch, base.image_size, base.image_size, base.channels)).astype(np.float32)
+    labels = rng.integers(0, base.num_classes, size=args.batch)
+    runners = {}
+    for kind in args.kinds:
+        cfg = base.replace(attention=ra.AttentionConfig(kind=kind, alpha=1.0))
+        params = ra.init_params(cfg, seed=0)
+        if backend == "jax":
+            for precision, compute_dtype in (("float32", None), ("bfloat16", jnp.bfloat16)):
+                for function, run in jax_runners(cfg, opt_cfg, params, images, labels, compute_dtype).items():
+                    runners[("jax", kind, precision, function)] = run
+        elif backend == "torch":
+            import torch
+            torch.set_num_threads(usable_cores())
+            for name, sdpa in [("torch", False)] + ([("torch sdpa", True)] if kind == "softmax" else []):
+                for precision, autocast in (("float32", False), ("bfloat16", True)):
+                    torch.manual_seed(0)
+                    for function, run in torch_runners(torch, cfg, opt_cfg, images, labels, autocast, sdpa).items():
+                        runners[(name, kind, precision, function)] = run
+        elif backend == "numpy":
+            runners[("numpy", kind, "float32", "loss_and_grad")] = (
+                lambda params=params, cfg=cfg: ra.backend("numpy").loss_and_grad(params, images, labels, cfg))
+    return {key: run for key, run in runners.items() if key[3] in args.functions}
+
+
+def worker(backend, args):
+    """Build and warm up one backend's runners, then time them whenever the parent writes a line."""
+    runners = build_runners(backend, args)
+    for key, run in runners.items():
+        for _ in range(args.warmup if backend != "numpy" else 1):
+            run()
+    print(json.dumps({"ready": [list(key) for key in runners], "about": describe_process(backend)}), flush=True)
+    for _ in sys.stdin:  # one line per round
+        times = []
+        for key, run in runners.items():
+            for _ in range(args.repeats if backend != "numpy" else 1):
+                start = time.perf_counter()
+                run()
+                times.append([list(key), time.perf_counter() - start])
+        print(json.dumps({"times": times}), flush=True)
+
+
+def describe_process(backend) -> str:
+    if backend == "jax":
+        import jaxlib
+        from reluattn.jax_backend import cpu_setup
+        return (f"jax {jax.__version__}, jaxlib {jaxlib.__version__}, XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}, "
+                f"reluattn cpu_setup applied: {cpu_setup.applied or 'nothing'}")
+    if backend == "torch":
+        import torch
+        return f"torch {torch.__version__}, {torch.get_num_threads()} threads"
+    return f"numpy {np.__version__}"
+
+
+def usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+def reference_config(args):
+    base = ra.ViTConfig()  # the SPEC reference model
+    return base.replace(dim=32, depth=2, heads=2, mlp_dim=64) if args.quick else base
 
 
 # ------------------------------------------------------------------------------------------------ table
@@ -134,70 +205,69 @@ def torch_runs(torch, cfg, opt_cfg, images, labels, autocast_bfloat16: bool):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--batch", type=int, default=128)
-    parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3, help="timed calls per row per round")
     parser.add_argument("--kinds", nargs="+", default=["relu", "softmax"])
+    parser.add_argument("--functions", nargs="+", default=list(FUNCTIONS), choices=FUNCTIONS)
     parser.add_argument("--quick", action="store_true", help="a tiny model and batch, only to see it run")
     parser.add_argument("--no-numpy", action="store_true", help="skip the (slow) NumPy backend")
     parser.add_argument("--no-torch", action="store_true", help="skip PyTorch even if installed")
+    parser.add_argument("--worker", choices=("jax", "torch", "numpy"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-
-    base = ra.ViTConfig()  # the SPEC reference model
     if args.quick:
-        base = base.replace(dim=32, depth=2, heads=2, mlp_dim=64)
-        args.batch, args.warmup, args.repeats = min(args.batch, 16), 1, 2
-    opt_cfg = ra.OptimizerConfig(total_steps=10_000, warmup_steps=100)
-    rng = np.random.default_rng(0)
-    images = rng.normal(size=(args.batch, base.image_size, base.image_size, base.channels)).astype(np.float32)
-    labels = rng.integers(0, base.num_classes, size=args.batch)
+        args.batch, args.warmup, args.rounds, args.repeats = min(args.batch, 16), 1, 1, 2
+    if args.worker:
+        return worker(args.worker, args)
 
-    torch = None
-    if not args.no_torch:
-        try:
-            import torch  # optional: only for the side-by-side baseline
-        except ImportError:
-            torch = None
-
-    print(f"# {platform.node()} {platform.processor() or platform.machine()}, {jax.devices()[0].device_kind}, "
-          f"jax {jax.__version__}" + (f", torch {torch.__version__} ({torch.get_num_threads()} threads)" if torch else
-                                       ", torch not installed"))
+    backends = ["jax"] + ([] if args.no_torch or importlib.util.find_spec("torch") is None else ["torch"])
+    backends += [] if args.no_numpy else ["numpy"]
+    # One process per backend: each framework's idle threads spin for a while after work, and would
+    # steal the 2 cores from the other if both ran in one process. Rounds alternate between processes.
+    forwarded = list(argv if argv is not None else sys.argv[1:])
+    workers, about = {}, {}
+    for backend in backends:  # each compiles and warms up alone: the next starts once it is ready
+        workers[backend] = subprocess.Popen([sys.executable, os.path.abspath(__file__), *forwarded, "--worker", backend],
+                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        about[backend] = json.loads(workers[backend].stdout.readline())["about"]
+    model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+                 platform.machine()) if os.path.exists("/proc/cpuinfo") else platform.machine()
+    base = reference_config(args)
+    print(f"# {model}, {usable_cores()} cores usable; {platform.system()} {platform.release()}, Python {platform.python_version()}")
+    for backend, text in about.items():
+        print(f"# {backend} process: {text}")
     print(f"# ViT dim={base.dim} depth={base.depth} heads={base.heads} mlp={base.mlp_dim} patch={base.patch_size} "
-          f"tokens={base.num_tokens}, batch {args.batch}, {base.flops_per_image() / 1e9:.3f} GFLOP/image fwd+bwd, "
-          f"median of {args.repeats} after {args.warmup} warm-up")
-    header = f"{'backend':8} {'attention':9} {'precision':17} {'function':14} {'ms/batch':>9} {'img/s':>8} {'GFLOP/s':>8} {'jax/torch':>9}"
+          f"tokens={base.num_tokens}, batch {args.batch}, {base.flops_per_image() / 1e9:.3f} GFLOP/image fwd+bwd; "
+          f"{args.warmup} warm-up calls, then {args.rounds} rounds x {args.repeats} timed calls per row", flush=True)
+    times = {}
+    for round_number in range(args.rounds):
+        loads = [os.getloadavg()[0]]
+        for backend, process in workers.items():
+            time.sleep(1.0)  # let the other processes' threads go idle
+            process.stdin.write("run\n")
+            process.stdin.flush()
+            for key, seconds in json.loads(process.stdout.readline())["times"]:
+                times.setdefault(tuple(key), []).append(seconds)
+            loads.append(os.getloadavg()[0])
+        print(f"# round {round_number + 1}/{args.rounds}: load average (1 min) {min(loads):.2f}-{max(loads):.2f}", flush=True)
+    for process in workers.values():
+        process.stdin.close()
+        process.wait()
+
+    header = (f"{'backend':10} {'attention':9} {'precision':9} {'function':13} {'ms/batch':>9} {'img/s':>7} "
+              f"{'GFLOP/s':>8} {'jax/torch':>9}")
     print(header)
     print("-" * len(header))
-
-    def row(backend, kind, precision, function, seconds, cfg, versus=None):
+    median = {key: statistics.median(values) for key, values in times.items()}
+    for key in sorted(median, key=lambda key: (args.kinds.index(key[1]), key[3], key[2], key[0])):
+        backend, kind, precision, function = key
+        seconds = median[key]
         images_per_second = args.batch / seconds
-        gflops = images_per_second * cfg.flops_per_image() / 1e9
-        ratio = f"{versus / seconds:9.2f}" if versus else f"{'':9}"
-        print(f"{backend:8} {kind:9} {precision:17} {function:14} {seconds * 1e3:9.1f} {images_per_second:8.1f} "
-              f"{gflops:8.1f} {ratio}", flush=True)
-
-    for kind in args.kinds:
-        cfg = base.replace(attention=ra.AttentionConfig(kind=kind, alpha=1.0))
-        params = ra.init_params(cfg, seed=0)
-        torch_times = {}
-        if torch is not None:
-            for precision, autocast in (("float32", False), ("bfloat16 autocast", True)):
-                torch.manual_seed(0)
-                backward, step = torch_runs(torch, cfg, opt_cfg, images, labels, autocast)
-                torch_times[(precision, "loss_and_grad")] = median_seconds(backward, args.warmup, args.repeats)
-                torch_times[(precision, "train_step")] = median_seconds(step, args.warmup, args.repeats)
-                for function in ("loss_and_grad", "train_step"):
-                    row("torch", kind, precision, function, torch_times[(precision, function)], cfg)
-        for precision, compute_dtype in (("float32", None), ("bfloat16", jnp.bfloat16)):
-            runs = dict(zip(("loss_and_grad", "train_step"),
-                            jax_runs(cfg, opt_cfg, params, images, labels, compute_dtype)))
-            for function, run in runs.items():
-                seconds = median_seconds(run, args.warmup, args.repeats)
-                baseline = torch_times.get(("float32" if compute_dtype is None else "bfloat16 autocast", function))
-                row("jax", kind, precision, function, seconds, cfg, versus=baseline)
-        if not args.no_numpy:
-            seconds = median_seconds(lambda: nb.loss_and_grad(params, images, labels, cfg),
-                                     min(args.warmup, 1), max(1, math.ceil(args.repeats / 2)))
-            row("numpy", kind, "float32", "loss_and_grad", seconds, cfg)
+        gflops = images_per_second * base.flops_per_image() / 1e9
+        baseline = median.get(("torch", kind, precision, function)) if backend == "jax" else None
+        ratio = f"{baseline / seconds:9.2f}" if baseline else ""
+        print(f"{backend:10} {kind:9} {precision:9} {function:13} {seconds * 1e3:9.1f} {images_per_second:7.1f} "
+              f"{gflops:8.1f} {ratio:>9}", flush=True)
 
 
 if __name__ == "__main__":
