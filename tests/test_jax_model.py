@@ -146,6 +146,8 @@ def test_bfloat16_runs_every_matmul_in_bfloat16_and_statistics_in_float32():
     matmuls = [eqn for eqn in equations if eqn.primitive.name == "dot_general"]
     assert len(matmuls) > 10  # forward and backward
     assert all(var.aval.dtype == jnp.bfloat16 for eqn in matmuls for var in eqn.invars)
+    # ... summed into float32: the only bfloat16 matmul XLA:CPU's kernels run natively (matmul.py).
+    assert all(eqn.outvars[0].aval.dtype == jnp.float32 for eqn in matmuls)
     reductions = [eqn for eqn in equations if eqn.primitive.name in ("reduce_sum", "reduce_max")]
     assert reductions and all(eqn.invars[0].aval.dtype == jnp.float32 for eqn in reductions)
 

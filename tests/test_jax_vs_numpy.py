@@ -3,7 +3,8 @@ training step, over drawn configs (every attention kind, alpha in [0, 2], qk-nor
 activations, dense and blocked attention).
 
 float64 (x64 switched on only inside each test, with `jax.enable_x64`, so it does not leak into other tests):
-relative error <= 1e-8 (tests/jax_testing.relative_error). float32: logits within 1e-4.
+relative error <= 1e-8 (tests/jax_testing.relative_error). float32: logits within 1e-4; loss and the
+whole gradient within 1e-4 of the exact (float64) ones.
 """
 
 import jax
@@ -21,6 +22,7 @@ from reluattn.numpy_backend.attention_weights import attention_weights_forward
 jb, nb = ra.backend("jax"), ra.backend("numpy")
 FLOAT64_TOLERANCE = 1e-8
 FLOAT32_LOGITS_TOLERANCE = 1e-4
+FLOAT32_GRADIENT_TOLERANCE = 1e-4  # norm-wise over all leaves; float32 rounding is 6e-8 relative
 
 
 @settings(compiling, max_examples=14)
@@ -59,6 +61,23 @@ def test_float32_logits_equal_numpy(cfg, seed):
     exact = nb.apply(random_params(cfg, seed, dtype=np.float64), images.astype(np.float64), cfg)
     assert relative_error(logits, expected) <= FLOAT32_LOGITS_TOLERANCE
     assert relative_error(logits, exact) <= FLOAT32_LOGITS_TOLERANCE
+
+
+@settings(compiling, max_examples=6)
+@given(cfg=vit_configs(), seed=st.integers(0, 2**16))
+def test_float32_loss_and_gradients_close_to_exact(cfg, seed):
+    """float32 has its own code paths (matmul layouts, the LayerNorm and GELU derivative rules): check them
+    against the exact float64 answer of the NumPy backend."""
+    params = random_params(cfg, seed)
+    images, labels = random_batch(cfg, seed + 1)
+    exact_loss, exact_grads = nb.loss_and_grad(params, images, labels, cfg)
+    float32_params = jax.tree.map(lambda leaf: np.asarray(leaf, np.float32), params)
+    loss, grads = jb.loss_and_grad(float32_params, images.astype(np.float32), labels, cfg)
+    assert loss.dtype == jnp.float32 and all(leaf.dtype == jnp.float32 for leaf in jax.tree.leaves(grads))
+    assert relative_error(loss, exact_loss) <= FLOAT32_GRADIENT_TOLERANCE
+    vector, exact_vector = (np.concatenate([np.ravel(leaf) for leaf in jax.tree.leaves(tree)])
+                            for tree in (grads, exact_grads))
+    assert np.linalg.norm(vector - exact_vector) <= FLOAT32_GRADIENT_TOLERANCE * np.linalg.norm(exact_vector)
 
 
 @settings(compiling, max_examples=6)

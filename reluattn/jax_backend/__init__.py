@@ -13,7 +13,8 @@ float32 statistics), `make_train_step` (the pure step, for loops that add on-dev
 it themselves), `forward` / `loss_and_logits` (un-jitted pure functions), and the data-parallel helpers in
 `sharding`. Results are JAX arrays (`np.asarray(x)` / `float(x)` to bring them to the host).
 
-Files: layers.py (dense, LayerNorm, MLP, the mixed-precision matmul), attention.py (weight kinds, dense
+Files: matmul.py (every matmul: precision and memory layout), layers.py (dense, LayerNorm, GELU, MLP),
+cpu_setup.py (process settings for XLA:CPU), attention.py (weight kinds, dense
 and blocked attention), model.py (the ViT, loss, jitted entry points), train.py (optax AdamW, train step),
 sharding.py (data parallel over devices and hosts).
 """

@@ -36,8 +36,11 @@ def configure() -> dict:
     """Apply the settings above unless opted out, already done, or too late. Returns what was applied."""
     if applied or os.environ.get("RELUATTN_CPU_SETUP", "1") == "0":
         return applied
-    from jax._src import xla_bridge  # private, but the only way to ask whether a backend already exists
-    if xla_bridge.backends_are_initialized():
+    try:  # private, but the only way to ask whether a backend already exists; if it moves, do nothing
+        from jax._src.xla_bridge import backends_are_initialized
+        if backends_are_initialized():
+            return applied
+    except (ImportError, AttributeError):
         return applied
     if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
         _keep_large_blocks_in_malloc()

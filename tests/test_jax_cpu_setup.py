@@ -1,0 +1,47 @@
+"""reluattn.jax_backend.cpu_setup: what importing the JAX backend does to the process, and how to stop it.
+
+Each case runs in a fresh Python process, since the settings are process-wide and applied once.
+"""
+
+import json
+import os
+import platform
+import subprocess
+import sys
+
+import pytest
+
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPORT = "import json, reluattn.jax_backend as jb; print(json.dumps(jb.cpu_setup.applied))"
+glibc_linux = pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",
+                                 reason="the malloc settings exist only on Linux with glibc")
+
+
+def applied_in_fresh_process(code=REPORT, **environment) -> dict:
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("MALLOC_", "RELUATTN_"))}
+    env.update(environment, PYTHONPATH=PROJECT_ROOT + os.pathsep + env.get("PYTHONPATH", ""))
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@glibc_linux
+def test_import_keeps_large_blocks_in_the_malloc_heap():
+    assert applied_in_fresh_process() == {"MALLOC_ARENA_MAX": 1, "MALLOC_MMAP_MAX_": 0,
+                                          "MALLOC_TRIM_THRESHOLD_": 2**31 - 1, "MALLOC_TOP_PAD_": 64 * 2**20}
+
+
+@glibc_linux
+def test_settings_the_user_made_are_left_alone():
+    applied = applied_in_fresh_process(MALLOC_ARENA_MAX="4", MALLOC_TOP_PAD_="0")
+    assert "MALLOC_ARENA_MAX" not in applied and "MALLOC_TOP_PAD_" not in applied
+    assert applied["MALLOC_MMAP_MAX_"] == 0
+
+
+def test_opting_out_changes_nothing():
+    assert applied_in_fresh_process(RELUATTN_CPU_SETUP="0") == {}
+
+
+def test_nothing_is_changed_once_a_jax_backend_exists():
+    code = "import jax; jax.devices(); " + REPORT  # the backend starts before reluattn's is imported
+    assert applied_in_fresh_process(code) == {}
