@@ -7,11 +7,17 @@ same shapes (when torch is installed) and the NumPy backend.
 Reference config (SPEC §3): ViT 192 wide, 6 deep, 3 heads, MLP 384, patch 4, class token, 32x32x3 images,
 10 classes, batch 128; `cfg.flops_per_image()` (0.753 GFLOP forward+backward) gives the GFLOP/s.
 
-How it measures, so that a load spike from other work hits every row alike:
+How it measures. Each framework runs in its own process (an idle framework's threads spin for a while
+and would steal the cores from the other); the parent process alternates between them in rounds, so a
+load spike from other work hits both alike:
   * every runner is built and called `--warmup` times first (compilation, caches, allocator warm-up);
-  * then `--rounds` rounds; in each round every runner is called `--repeats` times in a row, timed one
-    call at a time (each call waits for its result). Rows are the median over all rounds' calls;
-  * the load average is printed with every round. Do not trust numbers taken while it is high.
+  * then in each round every runner is called `--repeats` times in a row, timed one call at a time (each
+    call waits for its result). Around each call the worker also reads /proc/stat: the CPU time the
+    machine spent busy minus its own tells how many cores other processes took meanwhile. A call is
+    quiet if that is under `--quiet` cores. Rounds go on until every row has `--rounds` rounds' worth of
+    quiet calls (or `--max-rounds`); a row is the median of its quiet calls, and says how many it had.
+    (On 2 cores a framework whose threads wait for each other -- PyTorch's OpenMP -- slows down
+    several-fold when another process takes a core, so unquiet numbers mean little.)
 Rows: jax loss_and_grad / train_step, relu and softmax attention, float32 and bfloat16 compute; torch
 (not a dependency) the same ViT in eager mode -- attention written out as matmul, relu(s)/L or softmax,
 matmul -- float32 and bfloat16 autocast, plus softmax through F.scaled_dot_product_attention; numpy
@@ -173,18 +179,34 @@ def worker(backend, args):
         times = []
         for key, run in runners.items():
             for _ in range(args.repeats if backend != "numpy" else 1):
-                start = time.perf_counter()
+                busy, own, start = busy_cpu_seconds(), sum(os.times()[:2]), time.perf_counter()
                 run()
-                times.append([list(key), time.perf_counter() - start])
+                seconds = time.perf_counter() - start
+                others = None if busy is None else (busy_cpu_seconds() - busy - (sum(os.times()[:2]) - own)) / seconds
+                times.append([list(key), seconds, others])
         print(json.dumps({"times": times}), flush=True)
+
+
+def busy_cpu_seconds():
+    """CPU time the whole machine has spent busy (all processes, all cores), from /proc/stat; None if unknown.
+    Minus this process's own CPU time over a call, it tells how many cores other work took meanwhile."""
+    try:
+        with open("/proc/stat") as stat:
+            user, nice, system, idle, iowait, irq, softirq, steal = map(int, stat.readline().split()[1:9])
+    except (OSError, ValueError):
+        return None
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
 def describe_process(backend) -> str:
     if backend == "jax":
         import jaxlib
-        from reluattn.jax_backend import cpu_setup
+        try:
+            from reluattn.jax_backend.cpu_setup import applied
+        except ImportError:  # an older reluattn, measured for comparison
+            applied = "(no cpu_setup in this version)"
         return (f"jax {jax.__version__}, jaxlib {jaxlib.__version__}, XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}, "
-                f"reluattn cpu_setup applied: {cpu_setup.applied or 'nothing'}")
+                f"reluattn cpu_setup applied: {applied or 'nothing'}")
     if backend == "torch":
         import torch
         return f"torch {torch.__version__}, {torch.get_num_threads()} threads"
@@ -206,8 +228,11 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3, help="rounds wanted with quiet calls only")
     parser.add_argument("--repeats", type=int, default=3, help="timed calls per row per round")
+    parser.add_argument("--max-rounds", type=int, default=10, help="give up waiting for quiet rounds after these")
+    parser.add_argument("--quiet", type=float, default=0.25,
+                        help="a call is quiet if other processes used fewer cores than this meanwhile")
     parser.add_argument("--kinds", nargs="+", default=["relu", "softmax"])
     parser.add_argument("--functions", nargs="+", default=list(FUNCTIONS), choices=FUNCTIONS)
     parser.add_argument("--quick", action="store_true", help="a tiny model and batch, only to see it run")
@@ -216,7 +241,7 @@ def main(argv=None):
     parser.add_argument("--worker", choices=("jax", "torch", "numpy"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.quick:
-        args.batch, args.warmup, args.rounds, args.repeats = min(args.batch, 16), 1, 1, 2
+        args.batch, args.warmup, args.rounds, args.repeats, args.max_rounds = min(args.batch, 16), 1, 1, 2, 1
     if args.worker:
         return worker(args.worker, args)
 
@@ -238,27 +263,31 @@ def main(argv=None):
         print(f"# {backend} process: {text}")
     print(f"# ViT dim={base.dim} depth={base.depth} heads={base.heads} mlp={base.mlp_dim} patch={base.patch_size} "
           f"tokens={base.num_tokens}, batch {args.batch}, {base.flops_per_image() / 1e9:.3f} GFLOP/image fwd+bwd; "
-          f"{args.warmup} warm-up calls, then {args.rounds} rounds x {args.repeats} timed calls per row", flush=True)
-    times = {}
-    for round_number in range(args.rounds):
-        loads = [os.getloadavg()[0]]
+          f"{args.warmup} warm-up calls, then rounds of {args.repeats} timed calls per row until {args.rounds} rounds' "
+          f"worth are quiet (other processes using < {args.quiet} cores) or {args.max_rounds} rounds", flush=True)
+    samples = {}  # key -> [(seconds, cores other processes used meanwhile)]
+    for round_number in range(args.max_rounds):
         for backend, process in workers.items():
             time.sleep(1.0)  # let the other processes' threads go idle
             process.stdin.write("run\n")
             process.stdin.flush()
-            for key, seconds in json.loads(process.stdout.readline())["times"]:
-                times.setdefault(tuple(key), []).append(seconds)
-            loads.append(os.getloadavg()[0])
-        print(f"# round {round_number + 1}/{args.rounds}: load average (1 min) {min(loads):.2f}-{max(loads):.2f}", flush=True)
+            for key, seconds, others in json.loads(process.stdout.readline())["times"]:
+                samples.setdefault(tuple(key), []).append((seconds, others))
+        clean = {key: [s for s, others in values if others is None or others < args.quiet] for key, values in samples.items()}
+        fewest = min(len(values) for values in clean.values())
+        print(f"# round {round_number + 1}: load average (1 min) {os.getloadavg()[0]:.2f}; every row has at least "
+              f"{fewest} calls during which other processes used < {args.quiet} cores", flush=True)
+        if round_number + 1 >= args.rounds and fewest >= args.rounds * args.repeats:
+            break
     for process in workers.values():
         process.stdin.close()
         process.wait()
 
     header = (f"{'backend':10} {'attention':9} {'precision':9} {'function':13} {'ms/batch':>9} {'img/s':>7} "
-              f"{'GFLOP/s':>8} {'jax/torch':>9}")
+              f"{'GFLOP/s':>8} {'jax/torch':>9} {'quiet calls':>11}")
     print(header)
     print("-" * len(header))
-    median = {key: statistics.median(values) for key, values in times.items()}
+    median = {key: statistics.median(clean[key] or [s for s, _ in samples[key]]) for key in samples}
     for key in sorted(median, key=lambda key: (args.kinds.index(key[1]), key[3], key[2], key[0])):
         backend, kind, precision, function = key
         seconds = median[key]
@@ -266,8 +295,11 @@ def main(argv=None):
         gflops = images_per_second * base.flops_per_image() / 1e9
         baseline = median.get(("torch", kind, precision, function)) if backend == "jax" else None
         ratio = f"{baseline / seconds:9.2f}" if baseline else ""
+        quiet = f"{len(clean[key])}/{len(samples[key])}"
         print(f"{backend:10} {kind:9} {precision:9} {function:13} {seconds * 1e3:9.1f} {images_per_second:7.1f} "
-              f"{gflops:8.1f} {ratio:>9}", flush=True)
+              f"{gflops:8.1f} {ratio:>9} {quiet:>11}", flush=True)
+    if any(not values for values in clean.values()):
+        print("# rows with 0 quiet calls show the median of all their calls: other work disturbed them")
 
 
 if __name__ == "__main__":
