@@ -283,14 +283,16 @@ def make_plan(attn_cfg, num_queries, num_keys, *, block_size=None, query_block_s
         raise ValueError(f"causal_length must be one of {', '.join(CAUSAL_LENGTHS)}; got {causal_length!r}")
     if causal and num_queries != num_keys:
         raise ValueError(f"causal attention needs as many queries as keys, got {num_queries} and {num_keys}")
-    key_block = block_size or attn_cfg.block_size or DEFAULT_BLOCK_SIZE
-    query_block = query_block_size or DEFAULT_QUERY_BLOCK_SIZE
-    for name, value in (("block_size", key_block), ("query_block_size", query_block)):
+    if block_size is None:
+        block_size = attn_cfg.block_size or DEFAULT_BLOCK_SIZE
+    if query_block_size is None:
+        query_block_size = DEFAULT_QUERY_BLOCK_SIZE
+    for name, value in (("block_size", block_size), ("query_block_size", query_block_size)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
     compute_dtype = None if compute_dtype is None else jnp.dtype(compute_dtype).name
     return Plan(attn_cfg.kind, attn_cfg.alpha, attn_cfg.scale, num_queries, num_keys,
-                int(min(query_block, num_queries)), int(min(key_block, num_keys)), bool(causal), causal_length,
+                int(min(query_block_size, num_queries)), int(min(block_size, num_keys)), bool(causal), causal_length,
                 compute_dtype)
 
 
