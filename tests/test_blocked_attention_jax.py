@@ -40,18 +40,22 @@ configs = st.builds(AttentionConfig, kind=st.sampled_from(ATTENTION_KINDS), alph
 
 
 @settings(max_examples=25, deadline=None)
-@given(seed=st.integers(0, 2 ** 31), attn_cfg=configs, length=st.integers(1, 21), heads=st.integers(1, 2),
+@given(seed=st.integers(0, 2 ** 31), attn_cfg=configs, length=st.integers(1, 21), heads=st.integers(1, 3),
        head_dim=st.integers(1, 4), block_size=st.integers(1, 24), query_block_size=st.integers(1, 24),
-       causal=st.booleans(), causal_length=st.sampled_from(["per_query", "global"]))
+       causal=st.booleans(), causal_length=st.sampled_from(["per_query", "global"]),
+       heads_per_step=st.sampled_from([None, 1, "all"]))
 def test_blocked_matches_the_numpy_dense_forward_and_backward_in_float64(
-        seed, attn_cfg, length, heads, head_dim, block_size, query_block_size, causal, causal_length):
-    # Block sizes that divide the length, do not, and exceed it, for keys and queries independently.
+        seed, attn_cfg, length, heads, head_dim, block_size, query_block_size, causal, causal_length,
+        heads_per_step):
+    # Block sizes that divide the length, do not, and exceed it, for keys and queries independently;
+    # the B * H = 2 * heads heads one per step, all in one step, or as many as the default picks.
     q, k, v, dout = qkv(seed, 2, length, heads, head_dim)
     expected_out, expected_grads = numpy_dense(q, k, v, dout, attn_cfg, causal, causal_length)
     with jax.enable_x64(True):
         out, grads = blocked_forward_and_grads(q, k, v, dout, attn_cfg, block_size=block_size,
                                                query_block_size=query_block_size, causal=causal,
-                                               causal_length=causal_length)
+                                               causal_length=causal_length,
+                                               heads_per_step=2 * heads if heads_per_step == "all" else heads_per_step)
         assert out.dtype == jnp.float64
         np.testing.assert_allclose(out, expected_out, rtol=1e-10, atol=1e-12)
         for name, grad, expected in zip("qkv", grads, expected_grads):
@@ -89,9 +93,10 @@ def test_block_size_defaults_come_from_the_config():
     (dict(causal_length="local"), "causal_length must be one of"),
     (dict(block_size=0), "block_size must be a positive int"),
     (dict(query_block_size=-2), "query_block_size must be a positive int"),
+    (dict(heads_per_step=3), r"heads_per_step \(3\) must divide batch \* heads \(2\)"),
 ])
 def test_bad_options_are_clear_errors(bad, message):
-    q, k, v, _ = qkv(3, 1, 4, 1, 2, dtype=np.float32)
+    q, k, v, _ = qkv(3, 1, 4, 2, 2, dtype=np.float32)
     with pytest.raises(ValueError, match=message):
         blocked_attention(q, k, v, AttentionConfig(), **bad)
 
