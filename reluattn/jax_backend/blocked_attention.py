@@ -77,6 +77,14 @@ def _to_compute(plan, x):
     return x if plan.compute_dtype is None else x.astype(plan.compute_dtype)
 
 
+def _all_to_compute(plan, *arrays):
+    """Cast whole (G, L, Dh) arrays once, before the loops. The barrier keeps XLA from moving the cast
+    into the loops, where it would convert every tile again at each visit."""
+    if plan.compute_dtype is None:
+        return arrays
+    return lax.optimization_barrier(tuple(x.astype(plan.compute_dtype) for x in arrays))
+
+
 def _matmul(equation, a, b, plan, accumulate):
     """einsum in the plan's compute dtype, summed in `accumulate` (float32 or wider)."""
     return jnp.einsum(equation, _to_compute(plan, a), _to_compute(plan, b), preferred_element_type=accumulate)
@@ -157,7 +165,7 @@ def _forward(plan, q, k, v):
     heads, padded_queries, head_dim = q.shape
     accumulate = jnp.promote_types(q.dtype, jnp.float32)
     bq, bk = plan.query_block, plan.key_block
-    q, k, v = (_to_compute(plan, x) for x in (q, k, v))  # once, not per tile
+    q, k, v = _all_to_compute(plan, q, k, v)
 
     def query_block(i):
         q_tile = _rows(q, i, bq)  # (G, bq, Dh)
@@ -215,8 +223,7 @@ def _backward(plan, q, k, v, out, log_sum_exp, dout):
         # Fold c_i into dout once: d(c_i * read_i) = c_i * dout_i.
         counts = _visible_key_counts(plan, 0, padded_queries, accumulate)  # (Tp,)
         dout = dout.astype(accumulate) * _length_factor(plan, counts)[:, None]  # (G, Tp, Dh)
-    q, k, v, dout = (_to_compute(plan, x) for x in (q, k, v, dout))  # once, not per tile
-    k_transposed = jnp.swapaxes(k, 1, 2)  # (G, Dh, Lp)
+    q, k, v, dout, k_transposed = _all_to_compute(plan, q, k, v, dout, jnp.swapaxes(k, 1, 2))  # k^T: (G, Dh, Lp)
 
     def key_block(dq_transposed, j):
         k_tile, v_tile = _rows(k, j, bk), _rows(v, j, bk)  # (G, bk, Dh)
