@@ -1,0 +1,109 @@
+"""The student notebooks in tutorials/exercises/: up to date with the tutorials, every blank fails its
+checker, and every reference solution (the tutorial's code) passes it.
+
+Only the notebooks' function definitions are run here (with their imports and the setup cell), not the
+notebooks themselves: tests/test_tutorials.py runs the tutorials, and a student notebook stops at its first
+blank by design.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import inspect
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from reluattn import grading
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("make_exercises", ROOT / "tutorials" / "make_exercises.py")
+make_exercises = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(make_exercises)
+
+TUTORIALS = make_exercises.tutorial_paths()
+
+
+def definitions(path: Path) -> dict:
+    """Run a notebook's first code cell (its setup), then only the imports and function definitions of
+    the other code cells, in order; return the resulting namespace."""
+    cells = [cell.source for cell in nbformat.read(path, as_version=4).cells if cell.cell_type == "code"]
+    namespace: dict = {"__name__": "notebook"}
+    exec(compile(cells[0], f"{path.name}[setup]", "exec"), namespace)
+    for index, source in enumerate(cells[1:], 1):
+        tree = ast.parse(source)
+        keep = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef))]
+        exec(compile(ast.Module(body=keep, type_ignores=[]), f"{path.name}[cell {index}]", "exec"), namespace)
+    return namespace
+
+
+def exercises() -> list:
+    """(tutorial, function name) for every marked function."""
+    found = []
+    for path in TUTORIALS:
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type == "code":
+                found += [(path, name) for name in make_exercises.exercise_functions(cell.source)]
+    return found
+
+
+EXERCISES = exercises()
+IDS = [f"{path.stem}:{name}" for path, name in EXERCISES]
+
+
+@pytest.fixture(scope="module")
+def namespaces():
+    """{tutorial name: (reference namespace, student namespace)}."""
+    return {path.name: (definitions(path), definitions(make_exercises.EXERCISES / path.name)) for path in TUTORIALS}
+
+
+def test_student_notebooks_are_up_to_date(capsys):
+    assert make_exercises.main(["--check"]) == 0, capsys.readouterr().out
+
+
+def test_every_tutorial_with_exercises_is_covered():
+    assert {path.name for path in TUTORIALS} >= {"01_why_1_over_L.ipynb", "02_backprop_by_hand.ipynb",
+                                                 "05_key_value_memories.ipynb"}
+    assert len(EXERCISES) == 13
+    listed = {name for names in grading.CHECKERS.values() for name in names}
+    assert {f"check_{name}" for _, name in EXERCISES} == listed
+
+
+def test_student_notebooks_hold_no_solution():
+    for path in TUTORIALS:
+        student = nbformat.read(make_exercises.EXERCISES / path.name, as_version=4)
+        text = "\n".join(cell.source for cell in student.cells)
+        assert make_exercises.BEGIN not in text and make_exercises.END not in text
+        assert text.count(make_exercises.BLANK) == sum(
+            cell.source.count(make_exercises.BEGIN) for cell in nbformat.read(path, as_version=4).cells)
+
+
+@pytest.mark.parametrize("path, name", EXERCISES, ids=IDS)
+def test_reference_solution_passes(path, name, namespaces, capsys):
+    reference, _ = namespaces[path.name]
+    getattr(grading, f"check_{name}")(reference[name])
+    assert "\N{CHECK MARK}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("path, name", EXERCISES, ids=IDS)
+def test_blank_fails_and_says_so(path, name, namespaces):
+    _, student = namespaces[path.name]
+    with pytest.raises(grading.ExerciseFailed, match="not written yet"):
+        getattr(grading, f"check_{name}")(student[name])
+
+
+@pytest.mark.parametrize("path, name", EXERCISES, ids=IDS)
+def test_student_signature_matches_the_reference(path, name, namespaces):
+    reference, student = namespaces[path.name]
+    assert inspect.signature(student[name]) == inspect.signature(reference[name])
+
+
+def test_blank_out_keeps_indentation_and_rejects_unbalanced_markers():
+    source = "def f(x):\n    y = x\n    # BEGIN SOLUTION\n    return y\n    # END SOLUTION\n"
+    assert make_exercises.blank_out(source) == f"def f(x):\n    y = x\n    {make_exercises.BLANK}\n"
+    with pytest.raises(ValueError, match="without"):
+        make_exercises.blank_out("    # BEGIN SOLUTION\n    x = 1\n")
+    with pytest.raises(ValueError, match="without"):
+        make_exercises.blank_out("x = 1\n# END SOLUTION\n")
