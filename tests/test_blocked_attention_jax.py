@@ -24,7 +24,7 @@ def numpy_dense(q, k, v, dout, attn_cfg, causal, causal_length):
     """The NumPy dense core and its hand-written backward, in the tokens-first layout."""
     heads_first = [x.transpose(0, 2, 1, 3) for x in (q, k, v, dout)]
     out, _, cache = heads_attention_forward(*heads_first[:3], attn_cfg, causal, causal_length)
-    grads = heads_attention_backward(heads_first[3], cache, attn_cfg)
+    grads = heads_attention_backward(heads_first[3], cache, attn_cfg, causal)
     return out.transpose(0, 2, 1, 3), [g.transpose(0, 2, 1, 3) for g in grads]
 
 

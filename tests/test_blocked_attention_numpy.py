@@ -96,7 +96,7 @@ def test_causal_dense_backward_matches_finite_differences(kind, causal_length):
     cache = heads_attention_forward(q, k, v, attn_cfg, **options)[2]
 
     def backward(dout):
-        dq, dk, dv = heads_attention_backward(dout, cache, attn_cfg)
+        dq, dk, dv = heads_attention_backward(dout, cache, attn_cfg, causal=True)
         return {"q": dq, "k": dk, "v": dv}, None
 
     check_layer(lambda i, p: heads_attention_forward(i["q"], i["k"], i["v"], attn_cfg, **options)[0], backward,

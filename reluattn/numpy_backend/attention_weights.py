@@ -7,12 +7,14 @@
 L is the number of keys (the last axis of the scores). With h = relu and alpha = 1 this is ReLU / L
 (Wortsman et al. 2023): each weight is O(1/L) on average, as with softmax, instead of O(1).
 
-Causal attention passes `visible` (T, L), True where query i may read key j (j <= i), and `num_keys`,
-the L of each query as a (T, 1) column: i + 1 visible keys (ReLUFormer's choice) or all L. Hidden keys
-get weight 0 (softmax renormalises over the visible ones).
+Causal attention (causal_attention_weights_forward / _backward): query i reads keys j <= i only, and its
+L is its own i + 1 visible keys (causal_length="per_query", ReLUFormer's choice) or all L ("global").
+Hidden keys get weight 0; softmax renormalises over the visible ones.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -66,46 +68,64 @@ def length_factor(attn_cfg, num_keys):
     return attn_cfg.scale * np.power(num_keys, -attn_cfg.alpha)  # (T, 1)
 
 
-def visible_keys(num_queries, num_keys, causal, causal_length, dtype):
-    """The L of each query's length factor, (T, 1), and its mask (T, L) (None when every key is visible).
-    causal: query i sees keys j <= i; causal_length "per_query": n_i = i + 1, "global": n_i = L."""
-    if not causal:
-        return np.full((num_queries, 1), num_keys, dtype=dtype), None  # (T, 1)
+def attention_weights_forward(scores, attn_cfg):
+    """Scores (..., L) -> weights (..., L) of kind attn_cfg.kind, over the last axis (the keys)."""
+    num_keys = scores.shape[-1]
+    if attn_cfg.kind == "softmax":
+        weights = softmax(scores)  # (..., L)
+    elif attn_cfg.kind == "sigmoid_bias":
+        # The bias -log L makes the expected row sum O(1), like alpha = 1 (Ramapuram et al. 2024).
+        weights = attn_cfg.scale * sigmoid(scores - math.log(num_keys))  # (..., L)
+    else:
+        weights = length_factor(attn_cfg, num_keys) * pointwise(attn_cfg.kind, scores)  # (..., L)
+    return weights, (scores, weights)
+
+
+def attention_weights_backward(dweights, cache, attn_cfg):
+    scores, weights = cache
+    num_keys = scores.shape[-1]
+    if attn_cfg.kind == "softmax":
+        # Differentiates weights = softmax(scores).
+        return softmax_backward(dweights, (weights,))  # (..., L)
+    if attn_cfg.kind == "sigmoid_bias":
+        # Differentiates weights = scale * sigmoid(scores - log L): sigmoid' = sig (1 - sig).
+        sig = weights / attn_cfg.scale  # (..., L)
+        return dweights * attn_cfg.scale * sig * (1.0 - sig)  # (..., L)
+    # Differentiates weights = scale * L^-alpha * h(scores).
+    factor = length_factor(attn_cfg, num_keys)
+    return dweights * factor * pointwise_derivative(attn_cfg.kind, scores)  # (..., L)
+
+
+# ---------------------------------------------------------------------------------------------- causal
+
+def causal_visible_keys(num_queries, num_keys, causal_length, dtype):
+    """Query i's L, (T, 1) -- i + 1 ("per_query") or L ("global") -- and the mask (T, L) of keys j <= i."""
     query_index = np.arange(num_queries)[:, None]  # (T, 1)
     visible = np.arange(num_keys)[None, :] <= query_index  # (T, L)
     counts = query_index + 1 if causal_length == "per_query" else np.full((num_queries, 1), num_keys)  # (T, 1)
     return counts.astype(dtype), visible
 
 
-def attention_weights_forward(scores, attn_cfg, num_keys=None, visible=None):
-    """Scores (..., T, L) -> weights (..., T, L) of kind attn_cfg.kind, over the last axis (the keys).
-    num_keys: the L of the length factor (default: all L keys; or per query, (T, 1));
-    visible: None (every key) or a (T, L) mask; hidden keys get weight 0."""
-    num_keys = scores.shape[-1] if num_keys is None else num_keys
+def causal_attention_weights_forward(scores, attn_cfg, causal_length="per_query"):
+    """Scores (..., T, L) -> causal weights (..., T, L): hidden keys (j > i) weigh 0."""
+    counts, visible = causal_visible_keys(*scores.shape[-2:], causal_length, scores.dtype)  # (T, 1), (T, L)
     if attn_cfg.kind == "softmax":
-        # exp(-inf) = 0: hidden keys drop out of the normaliser too.
-        weights = softmax(scores if visible is None else np.where(visible, scores, -np.inf))  # (..., T, L)
+        weights = softmax(np.where(visible, scores, -np.inf))  # (..., T, L); e^-inf = 0
     elif attn_cfg.kind == "sigmoid_bias":
-        # The bias -log L makes the expected row sum O(1), like alpha = 1 (Ramapuram et al. 2024).
-        weights = attn_cfg.scale * sigmoid(scores - np.log(num_keys))  # (..., T, L)
+        weights = attn_cfg.scale * sigmoid(scores - np.log(counts)) * visible  # (..., T, L)
     else:
-        weights = length_factor(attn_cfg, num_keys) * pointwise(attn_cfg.kind, scores)  # (..., T, L)
-    weights = weights.astype(scores.dtype, copy=False)  # per-query counts are float64; keep float32 float32
-    visible = np.ones((1, 1), dtype=bool) if visible is None else visible  # (T, L) or (1, 1): all visible
-    if attn_cfg.kind != "softmax":
-        weights = weights * visible  # (..., T, L)
-    return weights, (scores, weights, np.asarray(num_keys), visible)
+        weights = length_factor(attn_cfg, counts) * pointwise(attn_cfg.kind, scores) * visible  # (..., T, L)
+    return weights, (scores, weights, counts, visible)
 
 
-def attention_weights_backward(dweights, cache, attn_cfg):
-    scores, weights, num_keys, visible = cache
+def causal_attention_weights_backward(dweights, cache, attn_cfg):
+    scores, weights, counts, visible = cache
     if attn_cfg.kind == "softmax":
-        # Differentiates weights = softmax(scores); hidden keys have weight 0, so their gradient is 0.
+        # Differentiates weights = softmax(masked scores); hidden keys have weight 0, so gradient 0.
         return softmax_backward(dweights, (weights,))  # (..., T, L)
     if attn_cfg.kind == "sigmoid_bias":
-        # Differentiates weights = scale * sigmoid(scores - log L) * visible: sigmoid' = sig (1 - sig).
-        sig = weights / attn_cfg.scale  # (..., T, L), 0 where hidden
+        # Differentiates weights = scale * sigmoid(scores - log n_i) * visible (sig = 0 where hidden).
+        sig = weights / attn_cfg.scale  # (..., T, L)
         return dweights * attn_cfg.scale * sig * (1.0 - sig)  # (..., T, L)
-    # Differentiates weights = scale * L^-alpha * h(scores) * visible.
-    factor = length_factor(attn_cfg, num_keys)  # a number or (T, 1)
-    return (dweights * factor * pointwise_derivative(attn_cfg.kind, scores) * visible).astype(scores.dtype, copy=False)
+    # Differentiates weights = scale * n_i^-alpha * h(scores) * visible.
+    return dweights * length_factor(attn_cfg, counts) * pointwise_derivative(attn_cfg.kind, scores) * visible

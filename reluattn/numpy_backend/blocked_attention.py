@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from .attention_weights import length_factor, pointwise, visible_keys
+from .attention_weights import causal_visible_keys, length_factor, pointwise
 from .layers import sigmoid
 
 DEFAULT_BLOCK_SIZE = 128  # keys per block when AttentionConfig.block_size is None
@@ -33,7 +33,9 @@ def blocked_attention_forward(q, k, v, attn_cfg, block_size=DEFAULT_BLOCK_SIZE, 
     """Heads-first q (B, H, T, Dh), k and v (B, H, L, Dh) -> out (B, H, T, Dh), one key block at a time."""
     num_queries, num_keys = q.shape[2], k.shape[2]
     q = q * (1.0 / math.sqrt(q.shape[-1]))  # (B, H, T, Dh): scale q once instead of every block of scores
-    counts, visible = visible_keys(num_queries, num_keys, causal, causal_length, q.dtype)  # (T, 1), (T, L)
+    counts, visible = num_keys, None  # every query sees all L keys ...
+    if causal:  # ... or keys j <= i, with its own L
+        counts, visible = causal_visible_keys(num_queries, num_keys, causal_length, q.dtype)  # (T, 1), (T, L)
     out = np.zeros(q.shape, dtype=np.result_type(q, v))  # (B, H, T, Dh), the running sum of reads
     if attn_cfg.kind == "softmax":
         running_max = np.full(q.shape[:-1] + (1,), -np.inf, dtype=out.dtype)  # (B, H, T, 1)
@@ -53,7 +55,8 @@ def blocked_attention_forward(q, k, v, attn_cfg, block_size=DEFAULT_BLOCK_SIZE, 
             running_max = new_max
             continue
         if attn_cfg.kind == "sigmoid_bias":
-            weights = sigmoid(scores - np.log(counts))  # (B, H, T, block); scale comes at the end
+            log_counts = np.log(counts) if causal else math.log(num_keys)  # (T, 1) or a number
+            weights = sigmoid(scores - log_counts)  # (B, H, T, block); scale comes at the end
         else:
             weights = pointwise(attn_cfg.kind, scores)  # (B, H, T, block); scale * n^-alpha at the end
         if visible is not None:

@@ -22,7 +22,8 @@ import math
 import numpy as np
 
 from ..config import ATTENTION_IMPLS, AttentionConfig
-from .attention_weights import attention_weights_backward, attention_weights_forward, visible_keys
+from .attention_weights import (attention_weights_backward, attention_weights_forward,
+                                causal_attention_weights_backward, causal_attention_weights_forward)
 from .blocked_attention import DEFAULT_BLOCK_SIZE, blocked_attention_forward
 from .layers import (dense_backward, dense_forward, layernorm_backward, layernorm_forward, silu_backward,
                      silu_forward)
@@ -39,22 +40,23 @@ def heads_attention_forward(q, k, v, attn_cfg, causal=False, causal_length="per_
     inv_sqrt_dh = 1.0 / math.sqrt(q.shape[-1])
     scores = (q @ k.swapaxes(-1, -2)) * inv_sqrt_dh  # (B, H, T, L)
     if causal:
-        counts, visible = visible_keys(q.shape[2], k.shape[2], causal, causal_length, scores.dtype)  # (T, 1), (T, L)
-        weights, weights_cache = attention_weights_forward(scores, attn_cfg, counts, visible)  # (B, H, T, L)
+        weights, weights_cache = causal_attention_weights_forward(scores, attn_cfg, causal_length)  # (B, H, T, L)
     else:
         weights, weights_cache = attention_weights_forward(scores, attn_cfg)  # (B, H, T, L)
     out = weights @ v  # (B, H, T, Dh)
     return out, weights, (q, k, v, weights, weights_cache)
 
 
-def heads_attention_backward(dout, cache, attn_cfg):
+def heads_attention_backward(dout, cache, attn_cfg, causal=False):
+    """causal: the forward was causal (its weights' cache is the causal one)."""
     q, k, v, weights, weights_cache = cache
     inv_sqrt_dh = 1.0 / math.sqrt(q.shape[-1])
     # Differentiates out = weights @ v.
     dweights = dout @ v.swapaxes(-1, -2)  # (B, H, T, L)
     dv = weights.swapaxes(-1, -2) @ dout  # (B, H, L, Dh)
     # Differentiates weights = attention_weights(scores).
-    dscores = attention_weights_backward(dweights, weights_cache, attn_cfg)  # (B, H, T, L)
+    weights_backward = causal_attention_weights_backward if causal else attention_weights_backward
+    dscores = weights_backward(dweights, weights_cache, attn_cfg)  # (B, H, T, L)
     # Differentiates scores = q @ k^T / sqrt(Dh).
     dq = (dscores @ k) * inv_sqrt_dh  # (B, H, T, Dh)
     dk = (dscores.swapaxes(-1, -2) @ q) * inv_sqrt_dh  # (B, H, L, Dh)
