@@ -19,9 +19,8 @@ FLOPs: matmul FLOPs only, 2 per multiply-add: forward 4 B H L^2 Dh (q k^T and w 
 Peak:  a 4096^3 matmul through XLA in the same process, float32 and bfloat16 inputs (float32 sums).
 Memory: forward + backward at --memory-length (batch 1, 4 heads, Dh 64, float32): XLA's memory analysis of
        the compiled function (arguments + outputs + temporaries, without running it) for blocked and dense,
-       and the measured peak resident set (ru_maxrss) of a fresh subprocess that runs it once, minus the
-       same process's resident set just before the call. The dense run needs > 10 GB, so it only runs
-       with --measure-dense-rss.
+       and the peak resident set (VmHWM: Python, JAX, the compiled code and the call) of a fresh subprocess
+       that runs it once. The dense run needs > 20 GB, so it only runs with --measure-dense-rss.
 """
 
 from __future__ import annotations
@@ -30,7 +29,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
@@ -103,7 +101,7 @@ def jax_rows(length, dtype_name, repeats, block_size, query_block_size):
     return rows
 
 
-def matmul_peak(dtype_name, size=4096, repeats=5):
+def matmul_peak(dtype_name, size=4096, repeats=10):
     import jax
     import jax.numpy as jnp
 
@@ -167,12 +165,23 @@ def memory_child(impl, length, block_size, query_block_size):
     xla_bytes = analysis.argument_size_in_bytes + analysis.output_size_in_bytes + analysis.temp_size_in_bytes
     result = {"xla_bytes": xla_bytes, "temp_bytes": analysis.temp_size_in_bytes}
     if os.environ.get("RELUATTN_BENCH_RUN", "1") == "1":
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+        before = resident_set()
         start = time.perf_counter()
         jax.block_until_ready(compiled(*arrays))
-        result.update(seconds=time.perf_counter() - start,
-                      peak_rss=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, rss_before=before)
+        result.update(seconds=time.perf_counter() - start, peak_rss=resident_set()["VmHWM"],
+                      rss_before=before["VmRSS"], peak_before=before["VmHWM"])
     print(json.dumps(result))
+
+
+def resident_set():
+    """This process's resident set now (VmRSS) and its high-water mark (VmHWM), in bytes, from
+    /proc/self/status. (Not ru_maxrss: Linux carries the parent's high-water mark across fork + exec.)"""
+    fields = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name in ("VmRSS", "VmHWM"):
+            fields[name] = int(value.split()[0]) * 1024  # kB
+    return fields
 
 
 def memory_rows(length, block_size, query_block_size, measure_dense):
@@ -202,8 +211,9 @@ def main(argv=None):
     parser.add_argument("--query-block-size", type=int, default=None, help="queries per tile (default: the op's)")
     parser.add_argument("--memory-length", type=int, default=16384)
     parser.add_argument("--no-memory", action="store_true", help="skip the memory measurement")
+    parser.add_argument("--no-table", action="store_true", help="only the memory measurement")
     parser.add_argument("--measure-dense-rss", action="store_true",
-                        help="also run the dense op at --memory-length (needs > 10 GB of memory)")
+                        help="also run the dense op at --memory-length (needs > 20 GB of memory)")
     parser.add_argument("--memory-child", choices=["blocked", "dense"], help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.memory_child:
@@ -218,8 +228,16 @@ def main(argv=None):
     except ImportError:
         torch_note = "torch not installed: PyTorch rows skipped"
     print(f"# {torch_note}; batch {BATCH}, heads {HEADS}, head dim {HEAD_DIM}; forward + backward")
+    if not args.no_table:
+        print_table(args)
+    if not args.no_memory:
+        print_memory(args)
+
+
+def print_table(args):
     peaks = {name: matmul_peak(name) for name in args.dtypes}
-    print("# XLA 4096^3 matmul peak: " + ", ".join(f"{name} {value:.0f} GFLOP/s" for name, value in peaks.items()))
+    print("# XLA 4096^3 matmul peak (before the table): "
+          + ", ".join(f"{name} {value:.0f} GFLOP/s" for name, value in peaks.items()))
     print()
     print(f"| L | dtype | op | min ms | median ms | GFLOP/s (12 B H L^2 Dh / min) | % of {'/'.join(args.dtypes)} peak |")
     print("|---|---|---|---|---|---|---|")
@@ -243,24 +261,27 @@ def main(argv=None):
                 if (length, dtype_name, rival) in results:
                     print(f"L={length} {dtype_name}: blocked relu/L is {results[(length, dtype_name, rival)] / blocked:.2f}x "
                           f"faster than {rival}")
+    after = {name: matmul_peak(name) for name in args.dtypes}
+    print("# XLA 4096^3 matmul peak (after the table): "
+          + ", ".join(f"{name} {value:.0f} GFLOP/s" for name, value in after.items()))
     print(f"# {load_average()}")
-    if args.no_memory:
-        return None
     print()
+
+
+def print_memory(args):
     print(f"Memory, forward + backward at L={args.memory_length} (batch 1, {HEADS} heads, Dh {HEAD_DIM}, float32):")
-    print("| op | XLA analysis (args + outputs + temps) | of which temporaries | measured peak RSS growth | time |")
+    print("| op | XLA analysis (args + outputs + temps) | of which temporaries | process peak RSS (VmHWM) | time |")
     print("|---|---|---|---|---|")
     for impl, result, error in memory_rows(args.memory_length, args.block_size, args.query_block_size,
                                            args.measure_dense_rss):
         if result is None:
             print(f"| {impl} | failed: {error} | | | |")
             continue
-        measured = (f"{(result['peak_rss'] - result['rss_before']) / 2**30:.2f} GiB "
-                    f"(peak {result['peak_rss'] / 2**30:.2f} GiB)" if "peak_rss" in result else "not run")
+        measured = (f"{result['peak_rss'] / 2**30:.2f} GiB ({result['rss_before'] / 2**30:.2f} GiB before the call)"
+                    if "peak_rss" in result else "not run")
         seconds = f"{result['seconds']:.1f} s" if "seconds" in result else ""
         print(f"| {impl} | {result['xla_bytes'] / 2**30:.2f} GiB | {result['temp_bytes'] / 2**30:.2f} GiB | "
               f"{measured} | {seconds} |")
-    return None
 
 
 if __name__ == "__main__":

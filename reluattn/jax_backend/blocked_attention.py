@@ -38,8 +38,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-DEFAULT_BLOCK_SIZE = 512  # keys per tile when neither the call nor AttentionConfig.block_size gives one
-DEFAULT_QUERY_BLOCK_SIZE = 512  # queries per tile when the call gives none
+DEFAULT_BLOCK_SIZE = 1024  # keys per tile when neither the call nor AttentionConfig.block_size gives one
+DEFAULT_QUERY_BLOCK_SIZE = 1024  # queries per tile when the call gives none
 TILE_ELEMENTS = 512 * 512  # heads per step G: as many as keep G * bq * bk at about this many scores
 CAUSAL_LENGTHS = ("per_query", "global")
 
@@ -192,15 +192,23 @@ def _forward(plan, q, k, v):
         if plan.kind != "softmax":
             total = lax.fori_loop(0, _key_blocks_seen(plan, i), pointwise_step, total)
             counts = _visible_key_counts(plan, query_start, bq, accumulate)  # (bq,)
-            return total * _length_factor(plan, counts)[:, None], jnp.zeros((heads, bq), accumulate)
+            return total * _length_factor(plan, counts)[:, None], None
         stats = jnp.full((heads, bq), -jnp.inf, accumulate)  # (G, bq)
         running_max, normaliser, total = lax.fori_loop(
             0, _key_blocks_seen(plan, i), softmax_step, (stats, jnp.zeros_like(stats), total))
         return total / normaliser[..., None], running_max + jnp.log(normaliser)
 
-    out, log_sum_exp = lax.map(query_block, jnp.arange(padded_queries // bq))  # (nq, G, bq, Dh), (nq, G, bq)
-    out = jnp.moveaxis(out, 0, 1).reshape(heads, padded_queries, head_dim)  # (G, Tp, Dh)
-    return out, jnp.moveaxis(log_sum_exp, 0, 1).reshape(heads, padded_queries)  # (G, Tp)
+    def write_query_block(i, outputs):
+        # Written in place into (G, Tp, ...) buffers: no stacking and transposing of per-block results.
+        out, log_sum_exp = outputs
+        out_tile, log_sum_exp_tile = query_block(i)
+        out = lax.dynamic_update_slice_in_dim(out, out_tile, i * bq, axis=1)
+        if log_sum_exp_tile is not None:
+            log_sum_exp = lax.dynamic_update_slice_in_dim(log_sum_exp, log_sum_exp_tile, i * bq, axis=1)
+        return out, log_sum_exp
+
+    outputs = (jnp.zeros(q.shape, accumulate), jnp.zeros(q.shape[:2], accumulate))  # (G, Tp, Dh), (G, Tp)
+    return lax.fori_loop(0, padded_queries // bq, write_query_block, outputs)
 
 
 # -------------------------------------------------------------------------------------------- backward
@@ -225,7 +233,8 @@ def _backward(plan, q, k, v, out, log_sum_exp, dout):
         dout = dout.astype(accumulate) * _length_factor(plan, counts)[:, None]  # (G, Tp, Dh)
     q, k, v, dout, k_transposed = _all_to_compute(plan, q, k, v, dout, jnp.swapaxes(k, 1, 2))  # k^T: (G, Dh, Lp)
 
-    def key_block(dq_transposed, j):
+    def key_block(j, grads):
+        dq_transposed, dk, dv = grads  # (G, Dh, Tp), (G, Lp, Dh), (G, Lp, Dh)
         k_tile, v_tile = _rows(k, j, bk), _rows(v, j, bk)  # (G, bk, Dh)
         kt_tile = _rows(k_transposed, j, bk, axis=2)  # (G, Dh, bk)
         key_start = j * bk
@@ -253,25 +262,34 @@ def _backward(plan, q, k, v, out, log_sum_exp, dout):
         zeros = jnp.zeros((heads, bk, head_dim), accumulate)  # (G, bk, Dh)
         dk_tile, dv_tile, dq_transposed = lax.fori_loop(
             _first_query_block(plan, j), padded_queries // bq, step, (zeros, zeros, dq_transposed))
-        return dq_transposed, (dk_tile, dv_tile)
+        return (dq_transposed, lax.dynamic_update_slice_in_dim(dk, dk_tile, key_start, axis=1),
+                lax.dynamic_update_slice_in_dim(dv, dv_tile, key_start, axis=1))
 
-    dq_transposed = jnp.zeros((heads, head_dim, padded_queries), accumulate)  # (G, Dh, Tp)
-    dq_transposed, (dk, dv) = lax.scan(key_block, dq_transposed, jnp.arange(k.shape[1] // bk))  # (nk, G, bk, Dh)
-    dk = jnp.moveaxis(dk, 0, 1).reshape(k.shape)  # (G, Lp, Dh)
-    dv = jnp.moveaxis(dv, 0, 1).reshape(v.shape)  # (G, Lp, Dh)
+    grads = (jnp.zeros((heads, head_dim, padded_queries), accumulate),  # dq^T (G, Dh, Tp)
+             jnp.zeros(k.shape, accumulate), jnp.zeros(v.shape, accumulate))  # dk, dv (G, Lp, Dh)
+    dq_transposed, dk, dv = lax.fori_loop(0, k.shape[1] // bk, key_block, grads)
     return jnp.swapaxes(dq_transposed, 1, 2), dk, dv
 
 
 # ------------------------------------------------------------------------------------ the custom VJP
 
+def _map_steps(plan, function, arrays):
+    """lax.map of function over the steps of G heads. Steps are (S, G, rows, ...) arrays, or (N, rows, ...)
+    when G = 1: a size-1 axis there would cost XLA:CPU an extra copy of every input and output."""
+    if plan.heads_per_step > 1:
+        return lax.map(lambda step: function(*step), arrays)
+    squeeze = functools.partial(jax.tree.map, lambda x: x[0])
+    return lax.map(lambda step: squeeze(function(*[x[None] for x in step])), arrays)
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
 def _core(plan, q, k, v):
-    """(S, G, Tp, Dh) q and (S, G, Lp, Dh) k, v, S steps of G heads -> (S, G, Tp, Dh) out."""
+    """q (S, G, Tp, Dh), k and v (S, G, Lp, Dh), S steps of G heads (G = 1: no G axis) -> out like q."""
     return _core_forward(plan, q, k, v)[0]
 
 
 def _core_forward(plan, q, k, v):
-    out, log_sum_exp = lax.map(lambda heads: _forward(plan, *heads), (q, k, v))
+    out, log_sum_exp = _map_steps(plan, functools.partial(_forward, plan), (q, k, v))
     # Saved for the backward: O(T Dh) arrays only, never the T x L weights.
     if plan.kind == "softmax":
         return out, (q, k, v, out, log_sum_exp)
@@ -281,10 +299,9 @@ def _core_forward(plan, q, k, v):
 def _core_backward(plan, residuals, dout):
     q, k, v, out, log_sum_exp = residuals
     if plan.kind == "softmax":
-        grads = lax.map(lambda heads: _backward(plan, *heads), (q, k, v, out, log_sum_exp, dout))
+        grads = _map_steps(plan, functools.partial(_backward, plan), (q, k, v, out, log_sum_exp, dout))
     else:
-        grads = lax.map(lambda heads: _backward(plan, heads[0], heads[1], heads[2], None, None, heads[3]),
-                        (q, k, v, dout))
+        grads = _map_steps(plan, lambda q, k, v, dout: _backward(plan, q, k, v, None, None, dout), (q, k, v, dout))
     return tuple(grad.astype(x.dtype) for grad, x in zip(grads, (q, k, v)))
 
 
@@ -324,11 +341,12 @@ def make_plan(attn_cfg, num_queries, num_keys, num_heads=1, *, block_size=None, 
 
 
 def _padded_steps(x, rows, heads_per_step):
-    """(B, L, H, Dh) -> (N / G, G, rows, Dh): heads first and flattened, zero rows added at the end."""
+    """(B, L, H, Dh) -> (N / G, G, rows, Dh), or (N, rows, Dh) when G = 1: heads first and flattened, zero
+    rows added at the end."""
     batch, length, heads, head_dim = x.shape
     x = jnp.swapaxes(x, 1, 2).reshape(batch * heads, length, head_dim)  # (N, L, Dh)
     x = jnp.pad(x, ((0, 0), (0, rows - length), (0, 0))) if rows > length else x  # (N, rows, Dh)
-    return x.reshape(batch * heads // heads_per_step, heads_per_step, rows, head_dim)
+    return x if heads_per_step == 1 else x.reshape(batch * heads // heads_per_step, heads_per_step, rows, head_dim)
 
 
 def blocked_attention(q, k, v, attn_cfg, *, block_size=None, query_block_size=None, causal=False,
@@ -351,6 +369,6 @@ def blocked_attention(q, k, v, attn_cfg, *, block_size=None, query_block_size=No
     padded_keys = -(-plan.num_keys // plan.key_block) * plan.key_block
     out = _core(plan, _padded_steps(scaled_q, padded_queries, plan.heads_per_step),
                 _padded_steps(k, padded_keys, plan.heads_per_step),
-                _padded_steps(v, padded_keys, plan.heads_per_step))  # (N / G, G, Tp, Dh)
+                _padded_steps(v, padded_keys, plan.heads_per_step))  # (N / G, G, Tp, Dh) or (N, Tp, Dh)
     out = out.reshape(batch, heads, padded_queries, head_dim)[:, :, :num_queries]  # (B, H, T, Dh)
     return jnp.swapaxes(out, 1, 2).astype(out_dtype)  # (B, T, H, Dh)
