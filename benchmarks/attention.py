@@ -1,8 +1,9 @@
 """Forward + backward of the attention op alone: blocked relu / L against dense and fused softmax.
 
     python benchmarks/attention.py [--lengths 1024 2048 4096] [--repeats 5] [--dtypes float32 bfloat16]
-                                   [--memory-length 16384] [--no-memory] [--measure-dense-rss]
-                                   [--block-size N] [--query-block-size N]
+                                   [--ops blocked plain jax-sdpa torch-sdpa torch-plain]
+                                   [--block-size N] [--query-block-size N] [--heads-per-step G]
+                                   [--memory-length 16384] [--no-memory] [--no-table] [--measure-dense-rss]
 
 Each row times one jitted (or eager PyTorch) call that returns the output and the gradients of q, k, v
 for a given output gradient: batch 2, 4 heads, head width 64, q, k, v shaped (B, L, H, Dh) for JAX and
@@ -68,7 +69,12 @@ def time_call(function, repeats):
 
 # ---------------------------------------------------------------------------------------------- JAX rows
 
-def jax_rows(length, dtype_name, repeats, block_size, query_block_size):
+OPS = {"blocked": "blocked relu/L (JAX)", "plain": "plain relu/L (JAX)",
+       "jax-sdpa": "jax.nn.dot_product_attention softmax",
+       "torch-sdpa": "PyTorch scaled_dot_product_attention softmax", "torch-plain": "PyTorch plain relu/L"}
+
+
+def jax_rows(length, dtype_name, repeats, ops, tiles):
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -83,8 +89,7 @@ def jax_rows(length, dtype_name, repeats, block_size, query_block_size):
 
     def blocked(q, k, v):
         # bfloat16 inputs: bfloat16 matmuls with float32 sums (compute_dtype), bfloat16 out.
-        return blocked_attention(q, k, v, relu_over_length, block_size=block_size,
-                                 query_block_size=query_block_size, compute_dtype=dtype)
+        return blocked_attention(q, k, v, relu_over_length, compute_dtype=dtype, **tiles)
 
     def plain(q, k, v):
         scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(HEAD_DIM).astype(q.dtype)  # (B, H, L, L)
@@ -94,8 +99,10 @@ def jax_rows(length, dtype_name, repeats, block_size, query_block_size):
         return jax.nn.dot_product_attention(q, k, v)
 
     rows = []
-    for name, function in (("blocked relu/L (JAX)", blocked), ("plain relu/L (JAX)", plain),
-                           ("jax.nn.dot_product_attention softmax", softmax)):
+    for op, function in (("blocked", blocked), ("plain", plain), ("jax-sdpa", softmax)):
+        if op not in ops:
+            continue
+        name = OPS[op]
         step = jax.jit(lambda q, k, v, dout, function=function: jax.vjp(function, q, k, v)[1](dout))
         rows.append((name, *time_call(lambda: jax.block_until_ready(step(q, k, v, dout)), repeats)))
     return rows
@@ -113,7 +120,9 @@ def matmul_peak(dtype_name, size=4096, repeats=10):
 
 # ------------------------------------------------------------------------------------------ PyTorch rows
 
-def torch_rows(length, dtype_name, repeats):
+def torch_rows(length, dtype_name, repeats, ops):
+    if not {"torch-sdpa", "torch-plain"} & set(ops):
+        return []
     try:
         import torch
     except ImportError:
@@ -135,13 +144,13 @@ def torch_rows(length, dtype_name, repeats):
         return weights @ v
 
     sdpa = torch.nn.functional.scaled_dot_product_attention
-    return [("PyTorch scaled_dot_product_attention softmax", *time_call(lambda: run(sdpa), repeats)),
-            ("PyTorch plain relu/L", *time_call(lambda: run(plain), repeats))]
+    return [(OPS[op], *time_call(lambda function=function: run(function), repeats))
+            for op, function in (("torch-sdpa", sdpa), ("torch-plain", plain)) if op in ops]
 
 
 # ---------------------------------------------------------------------------------------------- memory
 
-def memory_child(impl, length, block_size, query_block_size):
+def memory_child(impl, length, tiles):
     """Run in a fresh process: compile, measure XLA's analysis, run once, report resident-set growth."""
     import jax
     import jax.numpy as jnp
@@ -152,8 +161,7 @@ def memory_child(impl, length, block_size, query_block_size):
 
     def function(q, k, v):
         if impl == "blocked":
-            return blocked_attention(q, k, v, AttentionConfig(kind="relu"), block_size=block_size,
-                                     query_block_size=query_block_size)
+            return blocked_attention(q, k, v, AttentionConfig(kind="relu"), **tiles)
         scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(HEAD_DIM).astype(q.dtype)
         return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.relu(scores) / length, v)
 
@@ -184,14 +192,12 @@ def resident_set():
     return fields
 
 
-def memory_rows(length, block_size, query_block_size, measure_dense):
+def memory_rows(length, tile_arguments, measure_dense):
     rows = []
     for impl in ("blocked", "dense"):
         environment = dict(os.environ, PYTHONPATH=str(ROOT),
                            RELUATTN_BENCH_RUN="1" if impl == "blocked" or measure_dense else "0")
-        command = [sys.executable, __file__, "--memory-child", impl, "--memory-length", str(length)]
-        command += ["--block-size", str(block_size)] if block_size else []
-        command += ["--query-block-size", str(query_block_size)] if query_block_size else []
+        command = [sys.executable, __file__, "--memory-child", impl, "--memory-length", str(length), *tile_arguments]
         done = subprocess.run(command, capture_output=True, text=True, env=environment)
         if done.returncode != 0:
             rows.append((impl, None, done.stderr.strip().splitlines()[-1:]))
@@ -207,8 +213,10 @@ def main(argv=None):
     parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096])
     parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"], choices=["float32", "bfloat16"])
     parser.add_argument("--repeats", type=int, default=5, help="timed calls per row after one warm-up")
+    parser.add_argument("--ops", nargs="+", default=list(OPS), choices=list(OPS), help="rows to time")
     parser.add_argument("--block-size", type=int, default=None, help="keys per tile (default: the op's)")
     parser.add_argument("--query-block-size", type=int, default=None, help="queries per tile (default: the op's)")
+    parser.add_argument("--heads-per-step", type=int, default=None, help="heads per tile (default: the op's)")
     parser.add_argument("--memory-length", type=int, default=16384)
     parser.add_argument("--no-memory", action="store_true", help="skip the memory measurement")
     parser.add_argument("--no-table", action="store_true", help="only the memory measurement")
@@ -216,8 +224,10 @@ def main(argv=None):
                         help="also run the dense op at --memory-length (needs > 20 GB of memory)")
     parser.add_argument("--memory-child", choices=["blocked", "dense"], help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    args.tiles = {name: getattr(args, name) for name in ("block_size", "query_block_size", "heads_per_step")
+                  if getattr(args, name) is not None}
     if args.memory_child:
-        return memory_child(args.memory_child, args.memory_length, args.block_size, args.query_block_size)
+        return memory_child(args.memory_child, args.memory_length, args.tiles)
 
     import jax
 
@@ -245,8 +255,8 @@ def print_table(args):
     for length in args.lengths:
         flops = 12 * BATCH * HEADS * length ** 2 * HEAD_DIM
         for dtype_name in args.dtypes:
-            rows = jax_rows(length, dtype_name, args.repeats, args.block_size, args.query_block_size)
-            rows += torch_rows(length, dtype_name, args.repeats)
+            rows = jax_rows(length, dtype_name, args.repeats, args.ops, args.tiles)
+            rows += torch_rows(length, dtype_name, args.repeats, args.ops)
             for name, best, median in rows:
                 results[(length, dtype_name, name)] = best
                 rate = flops / best / 1e9
@@ -255,7 +265,9 @@ def print_table(args):
     print()
     for length in args.lengths:
         for dtype_name in args.dtypes:
-            blocked = results[(length, dtype_name, "blocked relu/L (JAX)")]
+            if (length, dtype_name, OPS["blocked"]) not in results:
+                continue
+            blocked = results[(length, dtype_name, OPS["blocked"])]
             for rival in ("PyTorch scaled_dot_product_attention softmax", "jax.nn.dot_product_attention softmax",
                           "plain relu/L (JAX)", "PyTorch plain relu/L"):
                 if (length, dtype_name, rival) in results:
@@ -272,8 +284,8 @@ def print_memory(args):
     print(f"Memory, forward + backward at L={args.memory_length} (batch 1, {HEADS} heads, Dh {HEAD_DIM}, float32):")
     print("| op | XLA analysis (args + outputs + temps) | of which temporaries | process peak RSS (VmHWM) | time |")
     print("|---|---|---|---|---|")
-    for impl, result, error in memory_rows(args.memory_length, args.block_size, args.query_block_size,
-                                           args.measure_dense_rss):
+    tile_arguments = [f"--{name.replace('_', '-')}={value}" for name, value in args.tiles.items()]
+    for impl, result, error in memory_rows(args.memory_length, tile_arguments, args.measure_dense_rss):
         if result is None:
             print(f"| {impl} | failed: {error} | | | |")
             continue
