@@ -1,0 +1,288 @@
+"""The command line: `reluattn train | evaluate | plot | attention` (also `python -m reluattn ...`).
+
+Bad input (a missing archive, a corrupted checkpoint, an unknown attention kind, a full disk, ...) ends
+with one line on stderr saying what is wrong and what to do, and a non-zero exit code; `--debug` shows
+the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+
+from .config import ATTENTION_KINDS, MLP_ACTIVATIONS, POOLS
+from .presets import BACKENDS, COMPUTE_DTYPES, DATASETS, PRESET_SUMMARIES, PRESETS
+
+DATA_ENV = "RELUATTN_DATA"
+PROG = "reluattn"
+
+
+class UsageError(ValueError):
+    """A command line that cannot work; the message says what to change."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (not usage + error) and never calls sys.exit itself."""
+
+    def error(self, message):
+        raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+def _train_parser(commands) -> argparse.ArgumentParser:
+    presets = "\n".join(f"  {name}: {PRESET_SUMMARIES[name]}" for name in PRESETS)
+    p = commands.add_parser(
+        "train", help="train a ViT", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Train a ViT on CIFAR-10/100 or an image folder. Flags override the preset; with --resume "
+                    "they override\nthe saved run, and only the operational ones (logging, validation and "
+                    "checkpoint intervals) may differ.",
+        epilog=f"presets:\n{presets}\n\nexample: reluattn train --preset cpu-small --attention softmax "
+               f"--data cifar10-train.zip --out runs/softmax")
+    # Every override defaults to None, meaning "keep the preset's (or, with --resume, the saved run's) value".
+    g = p.add_argument_group("run")
+    g.add_argument("--preset", choices=sorted(PRESETS), help="starting recipe (default: cpu-small)")
+    g.add_argument("--out", help="run directory for checkpoints and metrics.jsonl (default: runs/<preset>-<kind>)")
+    g.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint")
+    g.add_argument("--backend", choices=BACKENDS, help="jax (default) or numpy (the reference model; small runs)")
+    g.add_argument("--seed", type=int, help="initialisation, data order and augmentation seed")
+    g.add_argument("--epochs", type=int, help="run length in passes over the training split")
+    g.add_argument("--steps", type=int, help="run length in optimizer steps (instead of --epochs)")
+    g.add_argument("--batch-size", type=int, help="images per step (over all devices)")
+    g.add_argument("--compute-dtype", choices=COMPUTE_DTYPES, help="matmul precision (JAX backend)")
+    g.add_argument("--checkpoint-every", type=int, help="steps between checkpoints (default: each epoch)")
+    g.add_argument("--eval-every", type=int, help="steps between validations (default: each epoch)")
+    g.add_argument("--log-every", type=int, help="steps between metric fetches/log lines")
+    g.add_argument("--keep-checkpoints", type=int, help="how many newest checkpoints to keep")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar (log lines only)")
+    g = p.add_argument_group("model")
+    g.add_argument("--attention", choices=ATTENTION_KINDS, help="attention weight function h")
+    g.add_argument("--alpha", type=float, help="weights are divided by L**alpha (L = number of keys)")
+    g.add_argument("--attention-scale", type=float, help="constant factor on point-wise attention weights")
+    g.add_argument("--qk-norm", action=argparse.BooleanOptionalAction, default=None, help="LayerNorm q and k per head")
+    g.add_argument("--gated", action=argparse.BooleanOptionalAction, default=None, help="gate the attention output")
+    g.add_argument("--mlp-activation", choices=MLP_ACTIVATIONS)
+    g.add_argument("--dim", type=int, help="token width D")
+    g.add_argument("--depth", type=int, help="number of blocks")
+    g.add_argument("--heads", type=int, help="attention heads H (dim must be a multiple)")
+    g.add_argument("--mlp-dim", type=int, help="MLP hidden width M")
+    g.add_argument("--patch-size", type=int, help="patch side P in pixels")
+    g.add_argument("--pool", choices=POOLS, help="cls: class token; gap: mean over tokens")
+    g = p.add_argument_group("optimizer and regularisation")
+    g.add_argument("--lr", type=float, help="peak learning rate")
+    g.add_argument("--weight-decay", type=float, help="decoupled weight decay on dense weights")
+    g.add_argument("--warmup-steps", type=int, help="linear warm-up steps (replaces the preset's warm-up epochs)")
+    g.add_argument("--warmup-epochs", type=float, help="linear warm-up in epochs")
+    g.add_argument("--clip-norm", type=float, help="global gradient-norm clip; 0 turns it off")
+    g.add_argument("--label-smoothing", type=float)
+    g.add_argument("--mixup", type=float, help="mixup Beta alpha (0: off)")
+    g.add_argument("--cutmix", type=float, help="cutmix Beta alpha (0: off)")
+    g.add_argument("--crop-padding", type=int, help="random-crop padding in pixels (0: off)")
+    g.add_argument("--flip", action=argparse.BooleanOptionalAction, default=None, help="random horizontal flips")
+    g = p.add_argument_group("data")
+    g.add_argument("--data", help=f"CIFAR archive or folder, or an image folder/.zip (default: ${DATA_ENV}, "
+                   "else download CIFAR)")
+    g.add_argument("--dataset", choices=DATASETS, help="dataset kind (default: detected from --data)")
+    g.add_argument("--val-split", type=int, help="training images held out for validation (0: use 'test')")
+    g.add_argument("--subset", type=int, help="train on only this many images (quick runs)")
+    g.add_argument("--data-seed", type=int, help="seed of the validation hold-out and the subset")
+    return p
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=PROG, description="ReLU attention ViTs: train, evaluate, plot.")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    parser.add_argument("--version", action="version", version=f"{PROG} {_version()}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    commands.required = True
+    _train_parser(commands)
+
+    p = commands.add_parser("evaluate", help="accuracy and loss of a checkpoint on a split")
+    p.add_argument("--checkpoint", required=True, help="a run directory (its latest checkpoint) or a checkpoint")
+    p.add_argument("--data", help=f"the dataset (default: ${DATA_ENV}, else the path the run trained on)")
+    p.add_argument("--split", help="test, train, val (the run's held-out images) or a folder split "
+                   "(default: test when the dataset has it, else val)")
+    p.add_argument("--json", action="store_true", help='print only {"accuracy", "loss", "n"} as JSON')
+    p.add_argument("--batch-size", type=int, default=500)
+    p.add_argument("--backend", choices=BACKENDS, help="default: the run's backend")
+
+    p = commands.add_parser("plot", help="training curves of one or more runs, one PNG")
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR")
+    p.add_argument("--output", default="curves.png", help="PNG to write (default: curves.png)")
+
+    p = commands.add_parser("attention", help="attention maps of one image, PNG")
+    p.add_argument("--checkpoint", required=True, help="a run directory (its latest checkpoint) or a checkpoint")
+    p.add_argument("--data", help=f"the dataset (default: ${DATA_ENV}, else the path the run trained on)")
+    p.add_argument("--index", type=int, required=True, help="which image of the split")
+    p.add_argument("--split", help="as for evaluate")
+    p.add_argument("--output", help="PNG to write (default: attention-<split>-<index>.png)")
+    p.add_argument("--backend", choices=BACKENDS, help="default: the run's backend")
+    return parser
+
+
+def _version() -> str:
+    from . import __version__
+    return __version__
+
+
+# ---------------------------------------------------------------------------------------- train's config
+
+def _model_overrides(args) -> dict:
+    names = {"dim": "dim", "depth": "depth", "heads": "heads", "mlp_dim": "mlp_dim", "patch_size": "patch_size",
+             "pool": "pool", "mlp_activation": "mlp_activation"}
+    return {field: getattr(args, name) for name, field in names.items() if getattr(args, name) is not None}
+
+
+def train_config_from_args(args, base):
+    """`base` (a preset or the saved run's config) with every flag the user gave applied on top."""
+    model = base.model
+    attention = {name: value for name, value in (("kind", args.attention), ("alpha", args.alpha),
+                                                  ("scale", args.attention_scale), ("qk_norm", args.qk_norm),
+                                                  ("gated", args.gated)) if value is not None}
+    if attention:
+        model = model.replace(attention=model.attention.replace(**attention))
+    if _model_overrides(args):
+        model = model.replace(**_model_overrides(args))
+    optimizer = base.optimizer
+    changes = {}
+    if args.lr is not None:
+        changes["learning_rate"] = args.lr
+    if args.weight_decay is not None:
+        changes["weight_decay"] = args.weight_decay
+    if args.clip_norm is not None:
+        changes["clip_norm"] = args.clip_norm if args.clip_norm > 0 else None
+    top = {}
+    if args.warmup_steps is not None and args.warmup_epochs is not None:
+        raise UsageError("reluattn train: give --warmup-steps or --warmup-epochs, not both")
+    if args.warmup_steps is not None:
+        # total_steps is provisional here (resolve() sets it); keep the config valid meanwhile.
+        changes["warmup_steps"] = args.warmup_steps
+        changes["total_steps"] = max(optimizer.total_steps, args.warmup_steps + 1)
+        top["warmup_epochs"] = None
+    if args.warmup_epochs is not None:
+        top["warmup_epochs"] = args.warmup_epochs
+    if changes:
+        optimizer = optimizer.replace(**changes)
+    augmentation = base.augmentation
+    aug = {name: value for name, value in (("mixup_alpha", args.mixup), ("cutmix_alpha", args.cutmix),
+                                           ("crop_padding", args.crop_padding), ("flip", args.flip))
+           if value is not None}
+    if aug:
+        augmentation = augmentation.replace(**aug)
+    if args.epochs is not None and args.steps is not None:
+        raise UsageError("reluattn train: give --epochs or --steps, not both")
+    if args.epochs is not None:
+        top.update(epochs=args.epochs, steps=None)
+    if args.steps is not None:
+        top.update(steps=args.steps, epochs=None)
+    if args.backend == "numpy" and args.compute_dtype is None:
+        top["compute_dtype"] = "float32"  # the NumPy backend computes in the parameters' dtype; no bfloat16
+    for name in ("batch_size", "seed", "data_seed", "dataset", "val_split", "subset", "eval_every",
+                 "checkpoint_every", "log_every", "keep_checkpoints", "label_smoothing", "compute_dtype",
+                 "backend"):
+        if getattr(args, name) is not None:
+            top[name] = getattr(args, name)
+    return base.replace(model=model, optimizer=optimizer, augmentation=augmentation, **top)
+
+
+def _data_argument(args):
+    """--data, else $RELUATTN_DATA, else None (train downloads CIFAR; evaluate uses the run's own path)."""
+    return args.data or os.environ.get(DATA_ENV) or None
+
+
+def _command_train(args) -> int:
+    from .presets import get_preset
+    from .train import train
+    out = args.out
+    if args.resume:
+        if not out:
+            raise UsageError("reluattn train: --resume needs --out DIR, the run directory to continue")
+        from .resume import saved_train_config
+        saved = saved_train_config(out)
+        if args.preset is not None and args.preset != saved.preset:
+            raise UsageError(f"reluattn train: {out} was trained with preset {saved.preset!r}, not "
+                             f"{args.preset!r}; drop --preset or start a new run with another --out")
+        config = train_config_from_args(args, saved)
+    else:
+        config = train_config_from_args(args, get_preset(args.preset or "cpu-small"))
+        if not out:
+            out = os.path.join("runs", f"{config.preset or 'custom'}-{config.model.attention.kind}")
+    result = train(config, out, data=_data_argument(args), resume=args.resume, progress=not args.no_progress)
+    return result.exit_code
+
+
+def _command_evaluate(args) -> int:
+    from .evaluation import evaluate_checkpoint
+    result = evaluate_checkpoint(args.checkpoint, data=_data_argument(args), split=args.split,
+                                 batch_size=args.batch_size, backend=args.backend, progress=not args.json)
+    if args.json:
+        print(json.dumps({"accuracy": result["accuracy"], "loss": result["loss"], "n": result["n"]}))
+    else:
+        print(f"{result['split']}: accuracy {result['accuracy']:.4f}  loss {result['loss']:.4f}  "
+              f"n {result['n']}  ({result['checkpoint']})")
+    return 0
+
+
+def _command_plot(args) -> int:
+    from .plots import plot_runs
+    path = plot_runs(args.runs, args.output)
+    print(f"wrote {path}")
+    return 0
+
+
+def _command_attention(args) -> int:
+    from .evaluation import attention_figure
+    path = attention_figure(args.checkpoint, data=_data_argument(args), index=args.index, split=args.split,
+                            output=args.output, backend=args.backend)
+    print(f"wrote {path}")
+    return 0
+
+
+COMMANDS = {"train": _command_train, "evaluate": _command_evaluate, "plot": _command_plot,
+            "attention": _command_attention}
+
+
+def main(argv=None) -> int:
+    """Run one command; returns the exit code (0 success, 1 bad input/failure, 2 usage, 130/143 signals)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    argv = [arg for arg in argv if arg != "--debug"]
+    try:
+        args = build_parser().parse_args(argv)
+        return COMMANDS[args.command](args)
+    except SystemExit as exit_:  # --help and --version
+        return exit_.code if isinstance(exit_.code, int) else 0
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except UsageError as error:
+        if debug:
+            raise
+        print(str(error), file=sys.stderr)
+        return 2
+    except (ValueError, OSError, RuntimeError) as error:  # DataError, CheckpointError, config errors, disk
+        if debug:
+            raise
+        print(f"{PROG}: error: {_one_line(error)}", file=sys.stderr)
+        return 1
+    except Exception as error:  # anything else is a bug: still one line, but say how to see it
+        if debug:
+            raise
+        print(f"{PROG}: internal error: {type(error).__name__}: {_one_line(error)} (rerun with --debug for the "
+              f"traceback and report it)", file=sys.stderr)
+        traceback.clear_frames(error.__traceback__)
+        return 1
+
+
+def _one_line(error: BaseException) -> str:
+    text = str(error) or type(error).__name__
+    if isinstance(error, OSError) and error.filename and error.strerror:
+        text = f"{error.strerror}: {error.filename}"
+    return " ".join(text.split())
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,107 @@
+"""Using a trained checkpoint: `reluattn evaluate` (accuracy and loss on a split) and `reluattn attention`
+(the attention maps of one image).
+
+A checkpoint's config.json holds the run's TrainConfig and a description of its data (classes,
+normalisation statistics, how the validation images were held out), so a checkpoint alone says how to
+score it again; everything in it is checked before use, and what does not fit is a CheckpointError.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .checkpoint import CheckpointError, load_checkpoint
+from .params import check_params
+from .presets import train_config_from_dict
+from .run_data import load_split
+
+
+def load_trained(checkpoint) -> dict:
+    """{"path", "config" (TrainConfig), "data" (description), "params", "state"} of a checkpoint or run."""
+    loaded = load_checkpoint(checkpoint)
+    path = loaded["path"]
+    try:
+        config = train_config_from_dict(loaded["config"])
+    except ValueError as error:
+        raise CheckpointError(f"{path / 'config.json'} is not a training config ({error}); the checkpoint is "
+                              f"corrupted or was not written by reluattn train") from None
+    try:
+        check_params(loaded["params"], config.model)
+    except ValueError as error:
+        raise CheckpointError(f"the arrays in {path / 'params.npz'} do not fit its config.json ({error}); the "
+                              f"checkpoint is corrupted") from None
+    description = loaded["config"].get("data")
+    if not isinstance(description, dict) or not {"mean", "std", "class_names"} <= set(description):
+        raise CheckpointError(f"{path / 'config.json'} has no data description (classes, normalisation); the "
+                              f"checkpoint is corrupted or was not written by reluattn train")
+    return {"path": path, "config": config, "data": description, "params": loaded["params"],
+            "state": loaded["state"]}
+
+
+def _images_for(trained: dict, data, split, progress: bool):
+    config = trained["config"]
+    images, labels, split = load_split(config, trained["data"], data, split, progress=progress)
+    model = config.model
+    expected = (model.image_size, model.image_size, model.channels)
+    if tuple(images.shape[1:]) != expected:
+        raise ValueError(f"the {split!r} images are {images.shape[1:]}, but the checkpoint's model takes "
+                         f"{expected}; point --data at the dataset the run was trained on")
+    return images, labels, split
+
+
+def evaluate_checkpoint(checkpoint, data=None, split=None, *, batch_size: int = 500, backend=None,
+                        progress: bool = True) -> dict:
+    """{"accuracy", "loss" (mean cross-entropy, no label smoothing), "n", "split", "checkpoint"}."""
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"--batch-size must be a positive whole number, got {batch_size!r}")
+    trained = load_trained(checkpoint)
+    config = trained["config"]
+    images, labels, split = _images_for(trained, data, split, progress)
+    mean, std = trained["data"]["mean"], trained["data"]["std"]
+    if (backend or config.backend) == "numpy":
+        from . import backend as get_backend
+        from .train_numpy import evaluate_arrays
+        result = evaluate_arrays(get_backend("numpy"), trained["params"], images, labels, config.model, mean, std,
+                                 batch_size)
+    else:
+        import jax
+        from .jax_backend import sharding
+        from .train_jax import _compute_dtype, augmentation, device_mesh, evaluate_arrays, make_eval_batch
+        mesh = device_mesh()
+        normalize = augmentation(config, mean, std)[1]
+        eval_batch = make_eval_batch(config.model, _compute_dtype(config), normalize, mesh)
+        params = jax.device_put(trained["params"], sharding.replicated(mesh))
+        result = evaluate_arrays(eval_batch, params, images, labels, batch_size, mesh.size)
+    return dict(result, split=split, checkpoint=str(trained["path"]))
+
+
+def attention_maps(trained: dict, image: np.ndarray, backend=None):
+    """(logits (K,), list of per-block attention weights (H, T, T)) of one uint8 image (S, S, C)."""
+    from . import backend as get_backend
+    from .train_numpy import normalize
+    config = trained["config"]
+    batch = normalize(image[None], trained["data"]["mean"], trained["data"]["std"])  # (1, S, S, C)
+    chosen = get_backend(backend or config.backend)
+    logits, attention = chosen.apply(trained["params"], batch, config.model, return_attention=True)
+    return np.asarray(logits)[0], [np.asarray(weights, dtype=np.float64)[0] for weights in attention]
+
+
+def attention_figure(checkpoint, data=None, *, index: int, split=None, output=None, backend=None) -> Path:
+    """Write the attention-map PNG of image `index` of `split`; returns its path."""
+    from .plots import plot_attention
+    trained = load_trained(checkpoint)
+    images, labels, split = _images_for(trained, data, split, progress=True)
+    if not 0 <= index < len(labels):
+        raise ValueError(f"--index must be between 0 and {len(labels) - 1} for the {len(labels)} {split!r} images; "
+                         f"got {index}")
+    logits, attention = attention_maps(trained, images[index], backend)
+    names = trained["data"]["class_names"]
+    config = trained["config"]
+    attention_cfg = config.model.attention
+    run_name = Path(trained["path"]).parent.parent.name
+    title = (f"{run_name} — {attention_cfg.kind} attention (alpha {attention_cfg.alpha:g}) — {split} image "
+             f"{index}: label {names[int(labels[index])]}, predicted {names[int(np.argmax(logits))]}")
+    output = Path(output or f"attention-{split}-{index}.png")
+    return plot_attention(images[index], attention, config.model.pool, output, title)

@@ -1,0 +1,31 @@
+"""The JAX backend: the same functional API and parameter tree as the NumPy backend, jit-compiled.
+
+    import reluattn as ra
+    jb = ra.backend("jax")
+    logits = jb.apply(params, images, cfg)                          # (B, K)
+    loss, grads = jb.loss_and_grad(params, images, labels, cfg)     # grads: same tree as params
+    opt_state = jb.init_optimizer(params, opt_cfg)
+    params, opt_state, metrics = jb.train_step(params, opt_state, images, labels, cfg, opt_cfg)
+
+Shared with the NumPy backend: apply, loss_and_grad, attention, attention_weights, init_optimizer,
+train_step, learning_rate. JAX-only: `compute_dtype=jnp.bfloat16` on every entry point (bfloat16 matmuls,
+float32 statistics), `make_train_step` (the pure step, for loops that add on-device augmentation and jit
+it themselves), `forward` / `loss_and_logits` (un-jitted pure functions), and the data-parallel helpers in
+`sharding`. Results are JAX arrays (`np.asarray(x)` / `float(x)` to bring them to the host).
+
+Files: layers.py (dense, LayerNorm, MLP, the mixed-precision matmul), attention.py (weight kinds, dense
+and blocked attention), model.py (the ViT, loss, jitted entry points), train.py (optax AdamW, train step),
+sharding.py (data parallel over devices and hosts).
+"""
+
+from . import sharding
+from .attention import attention, attention_weights
+from .model import apply, forward, loss_and_grad, loss_and_logits
+from .sharding import data_mesh, make_sharded_train_step, replicate, shard_batch, sharded_train_step
+from .train import adamw_update, init_optimizer, learning_rate, make_optimizer, make_train_step, train_step
+
+__all__ = [
+    "apply", "loss_and_grad", "attention", "attention_weights", "init_optimizer", "train_step", "learning_rate",
+    "forward", "loss_and_logits", "adamw_update", "make_optimizer", "make_train_step",
+    "sharding", "data_mesh", "replicate", "shard_batch", "make_sharded_train_step", "sharded_train_step",
+]

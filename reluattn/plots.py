@@ -1,0 +1,125 @@
+"""Pictures: training curves of runs (`reluattn plot`) and attention maps of one image
+(`reluattn attention`). Matplotlib's object API with the Agg canvas (no display, no global state);
+PNGs are written atomically (temporary file, then rename).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from .run_files import METRICS, read_metrics
+
+
+def _save(figure: Figure, output) -> Path:
+    output = Path(output)
+    if output.suffix.lower() != ".png":
+        raise ValueError(f"--output must name a .png file, got {output}")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    temporary = output.with_name(f".{output.name}.tmp")
+    figure.savefig(temporary, format="png", dpi=120, bbox_inches="tight")
+    os.replace(temporary, output)
+    return output
+
+
+# --------------------------------------------------------------------------------------- training curves
+
+def run_label(run_dir: Path) -> str:
+    """The run's folder name and its attention kind, e.g. "relu-run (relu, alpha 1)", from its latest checkpoint."""
+    from .checkpoint import resolve_checkpoint
+    try:
+        config = json.loads((resolve_checkpoint(run_dir) / "config.json").read_text())
+        attention = config["model"]["attention"]
+        kind = attention["kind"]
+        if kind not in ("softmax", "sigmoid_bias"):  # these two ignore alpha
+            kind = f"{kind}, alpha {attention['alpha']:g}"
+        return f"{run_dir.name} ({kind})"
+    except (ValueError, OSError, KeyError, TypeError):  # no readable checkpoint yet: the name alone
+        return run_dir.name
+
+
+def plot_runs(run_dirs, output="curves.png") -> Path:
+    """Train loss and validation accuracy against step, one colour per run, in one PNG."""
+    runs = []
+    for run in run_dirs:
+        run = Path(run)
+        if not (run / METRICS).is_file():
+            raise ValueError(f"{run} has no {METRICS}; pass run directories written by reluattn train (its --out)")
+        records = read_metrics(run)
+        if not records:
+            raise ValueError(f"{run / METRICS} holds no metrics yet; train the run for a few steps first")
+        runs.append((run_label(run), records))
+    figure = Figure(figsize=(11, 4.2))
+    loss_axes, accuracy_axes = figure.subplots(1, 2)
+    colours = [f"C{i % 10}" for i in range(len(runs))]
+    for (label, records), colour in zip(runs, colours):
+        train = [r for r in records if r.get("split") == "train" and _finite(r.get("loss"))]
+        held_out = [r for r in records if r.get("split") in ("val", "test") and _finite(r.get("accuracy"))]
+        loss_axes.plot([r["step"] for r in train], [r["loss"] for r in train], color=colour, label=label, lw=1.2)
+        accuracy_axes.plot([r["step"] for r in held_out], [r["accuracy"] for r in held_out], color=colour,
+                           label=label, marker="o", ms=3, lw=1.2)
+    loss_axes.set(title="training loss", xlabel="step", ylabel="cross-entropy (with label smoothing)")
+    accuracy_axes.set(title="validation accuracy", xlabel="step", ylabel="accuracy")
+    for axes in (loss_axes, accuracy_axes):
+        axes.grid(alpha=0.3)
+        axes.legend(fontsize=8)
+    return _save(figure, output)
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+# ------------------------------------------------------------------------------------------ attention
+
+def attention_rollout(attention: list) -> np.ndarray:
+    """Attention rollout (Abnar & Zuidema 2020): the product over blocks of 0.5 * A + 0.5 * I, with A the
+    head-averaged weights. Point-wise kinds (relu / L, ...) do not make rows that sum to 1, so each row of
+    |A| is normalised to sum 1 first; for softmax this changes nothing. Returns (T, T)."""
+    tokens = attention[0].shape[-1]
+    rollout = np.eye(tokens)
+    for weights in attention:  # (H, T, T) each
+        average = np.abs(weights).mean(axis=0)  # (T, T)
+        sums = average.sum(axis=-1, keepdims=True)  # (T, 1)
+        average = np.divide(average, sums, out=np.zeros_like(average), where=sums > 0)  # (T, T)
+        rollout = (0.5 * average + 0.5 * np.eye(tokens)) @ rollout  # (T, T)
+    return rollout
+
+
+def _patch_map(matrix: np.ndarray, pool: str) -> np.ndarray:
+    """What the head reads, over the patch grid: the class token's row (cls), or the mean row (gap)."""
+    row = matrix[0, 1:] if pool == "cls" else matrix.mean(axis=0)  # (N,)
+    side = int(round(math.sqrt(row.size)))
+    return row.reshape(side, side)  # (S/P, S/P)
+
+
+def plot_attention(image: np.ndarray, attention: list, pool: str, output, title: str = "") -> Path:
+    """The image, each block's head-averaged attention as a heat map over the patch grid, and the
+    rollout. `image` is uint8 (S, S, C); `attention` a list of (H, T, T) arrays, one per block."""
+    side = image.shape[0]
+    shown = image[..., 0] if image.shape[-1] == 1 else image
+    what = ("attention from the class token" if pool == "cls"
+            else "attention averaged over query tokens (gap pooling: no class token)")
+    panels = [(f"block {i + 1}", _patch_map(np.mean(weights, axis=0), pool)) for i, weights in enumerate(attention)]
+    panels.append(("rollout", _patch_map(attention_rollout(attention), pool)))
+    columns = min(5, len(panels) + 1)
+    rows = math.ceil((len(panels) + 1) / columns)
+    figure = Figure(figsize=(2.4 * columns, 2.5 * rows + 0.6))
+    axes = np.atleast_1d(figure.subplots(rows, columns)).ravel()
+    axes[0].imshow(shown, cmap="gray" if shown.ndim == 2 else None, interpolation="nearest")
+    axes[0].set_title("image", fontsize=9)
+    for ax, (name, heat) in zip(axes[1:], panels):
+        ax.imshow(shown, cmap="gray" if shown.ndim == 2 else None, interpolation="nearest")
+        ax.imshow(heat, cmap="inferno", alpha=0.65, interpolation="nearest",
+                  extent=(-0.5, side - 0.5, side - 0.5, -0.5))  # the patch grid stretched over the pixels
+        ax.set_title(name, fontsize=9)
+    for ax in axes:
+        ax.set_axis_off()
+    what = f"{what}, mean over heads; each map scaled to its own range"
+    figure.suptitle(f"{title}\n{what}" if title else what, fontsize=9)
+    return _save(figure, output)

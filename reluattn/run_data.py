@@ -1,0 +1,118 @@
+"""The images a run trains and validates on, chosen from its TrainConfig the same way every time.
+
+    training split -> hold out `val_split` images for validation (fixed by `data_seed`)
+                   -> keep `subset` of the rest, if asked (also fixed by `data_seed`)
+    validation     =  the held-out images, or the dataset's "test" split when val_split is 0
+
+`evaluate` and `attention` rebuild the same "val" split from a checkpoint's config, so a run's held-out
+images can be scored again later.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .presets import TrainConfig
+
+
+@dataclass(frozen=True)
+class RunData:
+    train: object          # reluattn.data.Dataset: images (N, S, S, C) uint8, labels (N,) int32
+    validation: object     # the same, or None when there is nothing to validate on
+    description: dict      # what a checkpoint records about the data (JSON)
+
+
+def _data_path(data) -> str | None:
+    if data is None or str(data) == "":
+        data = os.environ.get("RELUATTN_DATA") or None
+    return None if data is None else str(Path(data).expanduser().absolute())
+
+
+def available_splits(data, dataset: str | None) -> tuple[str, ...]:
+    """The split names `data` holds (train/test for CIFAR, the top-level folders of an image folder)."""
+    from .data import detect_format, index_image_folder
+    from .data.cifar import SPLITS as CIFAR_SPLITS
+    path = _data_path(data)
+    if path is None or detect_format(path).startswith("cifar"):
+        return tuple(CIFAR_SPLITS)
+    return tuple(sorted(index_image_folder(path).splits))
+
+
+def channel_statistics(images, chunk: int = 4096) -> tuple[list, list]:
+    """Per-channel mean and standard deviation of pixel / 255 over uint8 (N, S, S, C) images."""
+    channels = images.shape[-1]
+    total = np.zeros(channels)
+    squares = np.zeros(channels)
+    for start in range(0, len(images), chunk):  # in chunks: a float64 copy of all of CIFAR is 1.2 GB
+        pixels = images[start:start + chunk].reshape(-1, channels).astype(np.float64) / 255.0  # (n, C)
+        total += pixels.sum(axis=0)
+        squares += np.square(pixels).sum(axis=0)
+    count = images.size // channels
+    mean = total / count
+    std = np.sqrt(np.maximum(squares / count - np.square(mean), 0.0))
+    std = np.where(std > 1e-3, std, 1.0)  # a constant channel: leave its scale alone
+    return [round(float(m), 4) for m in mean], [round(float(s), 4) for s in std]
+
+
+def load_run_data(config: TrainConfig, data=None, *, progress: bool = True) -> RunData:
+    """Training and validation images for `config` (not yet resolved: any preset or saved config)."""
+    from .data import load_dataset, split_validation, take_subset
+    path = _data_path(data)
+    full = load_dataset(path, "train", dataset=config.dataset, progress=progress)
+    if config.val_split > 0:
+        train, validation = split_validation(full, config.val_split, config.data_seed)
+        validation_split = "val"
+    elif "test" in available_splits(path, config.dataset):
+        train, validation = full, load_dataset(path, "test", dataset=config.dataset, progress=progress)
+        validation_split = "test"
+    else:
+        train, validation, validation_split = full, None, None
+    if config.subset is not None:
+        train = take_subset(train, config.subset, config.data_seed)
+    image_size, _, channels = train.images.shape[1:]
+    mean, std = channel_statistics(train.images)
+    description = {
+        "path": path,                       # None: the downloaded CIFAR archive
+        "kind": train.kind,
+        "source": train.source,
+        "class_names": list(train.class_names),
+        "image_size": int(image_size),
+        "channels": int(channels),
+        "num_train": len(train),
+        "num_validation": 0 if validation is None else len(validation),
+        "validation_split": validation_split,
+        "mean": mean,                       # per channel, of pixel / 255: what normalisation subtracts
+        "std": std,                         # and divides by (training and evaluation alike)
+    }
+    return RunData(train, validation, description)
+
+
+def load_split(config: TrainConfig, description: dict, data, split: str | None, *, progress: bool = True):
+    """(images, labels, split name) of one split, for evaluating a run's checkpoint.
+
+    `split` None means "test" when the dataset has one, else "val" (the run's held-out images)."""
+    from .data import DataError, load_dataset, split_validation
+    path = _data_path(data) or description.get("path")
+    splits = available_splits(path, config.dataset)
+    if split is None:
+        split = "test" if "test" in splits else "val"
+    if split == "val":
+        if config.val_split == 0:
+            raise DataError(f"this run held out no validation images (val_split 0); choose --split from "
+                            f"{', '.join(splits)}")
+        full = load_dataset(path, "train", dataset=config.dataset, progress=progress)
+        dataset = split_validation(full, config.val_split, config.data_seed)[1]
+    else:
+        if split not in splits:
+            raise DataError(f"{path} has no split {split!r}; choose --split from {', '.join(splits + ('val',))}")
+        dataset = load_dataset(path, split, dataset=config.dataset, progress=progress)
+    expected = description.get("class_names")
+    if expected is not None and list(dataset.class_names) != list(expected):
+        raise DataError(f"the classes of {path} ({len(dataset.class_names)}: {', '.join(dataset.class_names[:4])}"
+                        f"...) are not the ones the run was trained on ({len(expected)}: "
+                        f"{', '.join(expected[:4])}...); point --data at the run's dataset")
+    return dataset.images, dataset.labels, split

@@ -1,0 +1,304 @@
+"""The training loop behind `reluattn train`.
+
+    result = train(config, "runs/x", data="cifar10-train.zip")          # or resume=True
+
+Step s (0-based) of a run is a pure function of the seed and s: its batch is positions
+[p*B, (p+1)*B) of the permutation `np.random.default_rng([seed, epoch]).permutation(N)` (epoch, p =
+divmod(s, steps per epoch); the last partial batch of an epoch is dropped), and its augmentation comes
+from `fold_in(key(seed), s)`. A checkpoint holds parameters, optimizer state and the step, so a run
+killed at any moment and resumed ends bit-identical to one that never stopped.
+
+Metrics stay on the device and are fetched every `log_every` steps (and before every validation and
+checkpoint); each fetch checks the loss, so a non-finite value stops the run before it can be saved,
+leaving the last good checkpoint in place. SIGINT (Ctrl-C) and SIGTERM finish the current step, save a
+checkpoint and return exit code 130 / 143.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .checkpoint import CheckpointError, list_checkpoints, load_checkpoint, save_checkpoint
+from .params import check_params, flatten, init_params
+from .presets import TrainConfig
+from .resume import StopRequests, check_resume, saved_train_config
+from .run_data import load_run_data
+from .run_files import MetricsLog
+
+SUMMARY = "summary.json"
+
+
+class NonFiniteLoss(RuntimeError):
+    """The loss (or the parameters) stopped being finite; the message names the last good checkpoint."""
+
+
+@dataclass
+class TrainResult:
+    exit_code: int                   # 0 done, 130 / 143 stopped by SIGINT / SIGTERM (checkpoint saved)
+    step: int                        # optimizer steps done
+    total_steps: int
+    best_val_accuracy: float | None
+    final_val_accuracy: float | None
+    checkpoint: Path | None          # the newest checkpoint
+    summary: str                     # the final line printed
+
+
+# ---------------------------------------------------------------------------------------------- the loop
+
+def _make_engine(config: TrainConfig, run_data):
+    data = (run_data.train.images, run_data.train.labels, run_data.description["mean"], run_data.description["std"])
+    if config.backend == "numpy":
+        from .train_numpy import NumpyEngine
+        return NumpyEngine(config, *data)
+    from .train_jax import JaxEngine
+    return JaxEngine(config, *data)
+
+
+def _write_json_atomically(path: Path, data: dict) -> None:
+    temporary = path.with_name(f".{path.name}.tmp")
+    with open(temporary, "w") as handle:
+        json.dump(data, handle, indent=2, sort_keys=True)
+        handle.write("\n")
+    os.replace(temporary, path)
+
+
+def _status(out, message: str) -> None:
+    print(f"reluattn: {message}", file=out, flush=True)
+
+
+def train(config: TrainConfig, out, *, data=None, resume: bool = False, progress: bool = True,
+          stdout=None) -> TrainResult:
+    """Train (or, with resume=True, continue) the run in directory `out`; see the module docstring."""
+    stdout = stdout or sys.stdout
+    run_dir = Path(out)
+    checkpoint = None
+    if resume:
+        saved_train_config(run_dir)  # a clear error when there is nothing (readable) to resume
+        checkpoint = load_checkpoint(run_dir)
+    elif list_checkpoints(run_dir):
+        raise ValueError(f"{run_dir} already holds a run (checkpoint {list_checkpoints(run_dir)[-1].name}); pass "
+                         f"--resume to continue it, or choose another --out")
+
+    run_data = load_run_data(config, data, progress=progress)
+    description = run_data.description
+    resolved = config.resolve(description["num_train"], description["image_size"], description["channels"],
+                              len(description["class_names"]))
+    if checkpoint is not None:
+        check_resume(checkpoint["config"], resolved, description, run_dir)
+    total = resolved.optimizer.total_steps
+    steps_per_epoch = resolved.steps_per_epoch(description["num_train"])
+    start = int(checkpoint["state"]["step"]) if checkpoint else 0
+    state = dict(checkpoint["state"]) if checkpoint else {}
+    history = list(state.get("validation", []))
+    if start >= total:
+        line = _summary(resolved, run_dir, start, total, history, state.get("elapsed", 0.0), None,
+                        "already complete")
+        _status(stdout, line)
+        return TrainResult(0, start, total, *_best_and_final(history), checkpoint["path"], line)
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    engine = _make_engine(resolved, run_data)
+    if checkpoint is not None:
+        params = checkpoint["params"]
+        try:
+            check_params(params, resolved.model)
+        except ValueError as error:
+            raise CheckpointError(f"the parameters in {checkpoint['path']} do not fit its config ({error}); the "
+                                  f"checkpoint is corrupted") from None
+        engine.restore(params, checkpoint["opt_state"], str(checkpoint["path"]))
+        _status(stdout, f"resuming {run_dir} at step {start} of {total}")
+    else:
+        engine.start(init_params(resolved.model, seed=resolved.seed))
+    model = resolved.model
+    _status(stdout, f"training {model.attention.kind} attention ViT {model.dim}x{model.depth} on "
+                    f"{description['num_train']} images ({description['kind']}), steps {start}-{total} of batch "
+                    f"{resolved.batch_size}, {resolved.backend} backend on {engine.device_description}")
+    log = MetricsLog(run_dir)
+    log.truncate_after(start)
+    loop = _Loop(resolved, engine, run_data, run_dir, log, history, state.get("elapsed", 0.0), stdout, progress)
+    loop.last_checkpoint = checkpoint["path"] if checkpoint else None
+    return loop.run(start, total, steps_per_epoch)
+
+
+class _Loop:
+    """The state of one invocation of the loop (split out of `train` to keep each piece readable)."""
+
+    def __init__(self, config, engine, run_data, run_dir, log, history, elapsed, stdout, progress):
+        self.config, self.engine, self.run_data, self.run_dir, self.log = config, engine, run_data, run_dir, log
+        self.history = history
+        self.elapsed_before = float(elapsed)  # training seconds of earlier invocations (resumes)
+        self.stdout, self.progress = stdout, progress
+        self.pending = []                      # (steps done, metrics still on device)
+        self.last_checkpoint = None            # the newest checkpoint this run can fall back on
+        self.learning_rate = float("nan")
+        self.timed_images = 0
+        self.timed_seconds = 0.0
+        self.first_fetch = True
+
+    def elapsed(self) -> float:
+        return self.elapsed_before + time.perf_counter() - self.started
+
+    def run(self, start: int, total: int, steps_per_epoch: int) -> TrainResult:
+        from tqdm.auto import tqdm
+        config = self.config
+        self.steps_per_epoch = steps_per_epoch
+        eval_every = config.eval_every or steps_per_epoch
+        checkpoint_every = config.checkpoint_every or steps_per_epoch
+        self.started = self.interval_start = time.perf_counter()
+        validation = self.run_data.validation
+        self.bar = tqdm(total=total, initial=start, unit="step", dynamic_ncols=True, disable=not self.progress,
+                        file=sys.stderr, desc=self.run_dir.name)
+        order, order_epoch = None, None
+        try:
+            with StopRequests() as stop:
+                for step in range(start, total):
+                    epoch, position = divmod(step, steps_per_epoch)
+                    if epoch != order_epoch:  # this epoch's data order, from (seed, epoch) alone
+                        order = np.random.default_rng([config.seed, epoch]).permutation(len(self.run_data.train))
+                        order_epoch = epoch
+                    indices = order[position * config.batch_size:(position + 1) * config.batch_size]
+                    self.pending.append((step + 1, self.engine.step(step, indices)))
+                    done = step + 1
+                    last = done == total
+                    want_eval = validation is not None and (done % eval_every == 0 or last)
+                    want_checkpoint = done % checkpoint_every == 0 or last
+                    if want_eval or want_checkpoint or done % config.log_every == 0:
+                        self.flush()
+                    if want_eval:
+                        self.validate(done)
+                    if want_checkpoint:
+                        self.save(done)
+                    self.bar.update(1)
+                    if stop.signal is not None and not last:  # asked to stop during this step or its logging
+                        if not want_checkpoint:
+                            self.flush()
+                            self.save(done)
+                        return self.stopped(stop.signal, done, total)
+        finally:
+            self.bar.close()
+        return self.finish(total)
+
+    # --------------------------------------------------------------------------------------- pieces
+
+    def epoch_of(self, done: int) -> float:
+        return round(done / self.steps_per_epoch, 4)
+
+    def flush(self) -> None:
+        """Fetch the pending steps' metrics, check them, log one train line."""
+        if not self.pending:
+            return
+        records = self.engine.fetch([metrics for _, metrics in self.pending])
+        steps = [done for done, _ in self.pending]
+        self.pending = []
+        now = time.perf_counter()
+        seconds, self.interval_start = now - self.interval_start, now
+        images = len(steps) * self.config.batch_size
+        if not self.first_fetch:  # the first interval includes compilation; leave it out of images/s
+            self.timed_images += images
+            self.timed_seconds += seconds
+        self.first_fetch = False
+        self.learning_rate = records[-1]["learning_rate"]
+        line = {"step": steps[-1], "epoch": self.epoch_of(steps[-1]), "split": "train",
+                "loss": float(np.mean([r["loss"] for r in records])),
+                "accuracy": float(np.mean([r["accuracy"] for r in records])),
+                "learning_rate": self.learning_rate, "images_per_s": images / max(seconds, 1e-9),
+                "time": round(self.elapsed(), 3)}
+        bad = [(done, r) for done, r in zip(steps, records) if not (math.isfinite(r["loss"])
+                                                                    and math.isfinite(r.get("grad_norm", 0.0)))]
+        self.log.append(line)
+        if bad:
+            done, record = bad[0]
+            self.non_finite(f"the loss became {record['loss']} (gradient norm {record.get('grad_norm')}) at step "
+                            f"{done} with learning rate {record['learning_rate']:.3g}")
+        self.bar.set_postfix(loss=f"{line['loss']:.3f}", acc=f"{line['accuracy']:.3f}",
+                             lr=f"{self.learning_rate:.2e}", img_s=f"{line['images_per_s']:.0f}", refresh=False)
+        if not self.progress:
+            _status(self.stdout, f"step {line['step']} epoch {line['epoch']:.2f}: loss {line['loss']:.4f} "
+                                 f"accuracy {line['accuracy']:.4f} lr {self.learning_rate:.3g} "
+                                 f"{line['images_per_s']:.0f} img/s")
+
+    def non_finite(self, what: str):
+        if self.last_checkpoint is not None:
+            keep = f"the last good checkpoint, {self.last_checkpoint}, is kept"
+        else:
+            keep = "no checkpoint had been saved yet"
+        raise NonFiniteLoss(f"{what}; training stopped and {keep}. Lower --lr (or raise --warmup-steps) and "
+                            f"start a new run")
+
+    def validate(self, done: int) -> None:
+        validation = self.run_data.validation
+        began = time.perf_counter()
+        result = self.engine.evaluate(validation.images, validation.labels)
+        seconds = time.perf_counter() - began
+        split = self.run_data.description["validation_split"]
+        self.history.append({"step": done, "accuracy": result["accuracy"], "loss": result["loss"]})
+        self.log.append({"step": done, "epoch": self.epoch_of(done), "split": split, "loss": result["loss"],
+                         "accuracy": result["accuracy"], "learning_rate": self.learning_rate,
+                         "images_per_s": result["n"] / max(seconds, 1e-9), "time": round(self.elapsed(), 3)})
+        message = (f"step {done} epoch {self.epoch_of(done):.2f}: {split} accuracy {result['accuracy']:.4f} "
+                   f"loss {result['loss']:.4f}")
+        if self.progress:
+            self.bar.write(f"reluattn: {message}", file=self.stdout)
+        else:
+            _status(self.stdout, message)
+        self.interval_start = time.perf_counter()
+
+    def save(self, done: int) -> None:
+        params = self.engine.host_params()
+        if not all(np.all(np.isfinite(leaf)) for leaf in flatten(params).values()):
+            self.non_finite(f"the parameters became non-finite by step {done}")
+        state = {"epoch": self.epoch_of(done), "seed": self.config.seed, "validation": self.history,
+                 "elapsed": round(self.elapsed(), 3)}
+        config = dict(self.config.to_dict(), data=self.run_data.description)
+        self.last_checkpoint = save_checkpoint(self.run_dir, done, config, params, self.engine.host_opt_state(),
+                                               state, keep=self.config.keep_checkpoints)
+        self.interval_start = time.perf_counter()
+
+    def images_per_s(self) -> float | None:
+        return self.timed_images / self.timed_seconds if self.timed_seconds > 0 else None
+
+    def stopped(self, signum: int, done: int, total: int) -> TrainResult:
+        name = signal.Signals(signum).name
+        print(f"reluattn: stopped by {name} at step {done} of {total}; checkpoint saved in {self.last_checkpoint}. "
+              f"Resume with: reluattn train --out {self.run_dir} --resume", file=sys.stderr, flush=True)
+        return TrainResult(128 + signum, done, total, *_best_and_final(self.history), self.last_checkpoint,
+                           f"stopped by {name} at step {done}")
+
+    def finish(self, total: int) -> TrainResult:
+        line = _summary(self.config, self.run_dir, total, total, self.history, self.elapsed(), self.images_per_s(),
+                        "done")
+        best, final = _best_and_final(self.history)
+        _write_json_atomically(self.run_dir / SUMMARY, {
+            "steps": total, "best_val_accuracy": best, "final_val_accuracy": final,
+            "wall_time_s": round(self.elapsed(), 3), "images_per_s": self.images_per_s(),
+            "checkpoint": str(self.last_checkpoint), "attention": self.config.model.attention.kind,
+            "preset": self.config.preset, "summary": line})
+        _status(self.stdout, line)
+        return TrainResult(0, total, total, best, final, self.last_checkpoint, line)
+
+
+def _best_and_final(history: list) -> tuple:
+    if not history:
+        return None, None
+    return max(entry["accuracy"] for entry in history), history[-1]["accuracy"]
+
+
+def _summary(config, run_dir, done, total, history, elapsed, images_per_s, status) -> str:
+    parts = [f"{status}: {done}/{total} steps, wall time {elapsed:.1f} s"]
+    if images_per_s:
+        parts.append(f"{images_per_s:.0f} images/s")
+    if history:
+        best = max(history, key=lambda entry: entry["accuracy"])
+        parts.append(f"validation accuracy best {best['accuracy']:.4f} (step {best['step']}), "
+                     f"final {history[-1]['accuracy']:.4f}")
+    parts.append(f"run {run_dir} ({config.model.attention.kind} attention)")
+    return "; ".join(parts)

@@ -1,0 +1,106 @@
+"""Shared pieces of the JAX backend's tests: hypothesis strategies for small configs, random inputs, and the
+comparison used throughout.
+
+Compile time is what these tests spend: every distinct config is a new XLA compilation, so the strategies
+draw small models (depth 1-2, at most 17 tokens) and each property runs a bounded number of examples.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import Phase, settings
+from hypothesis import strategies as st
+
+from reluattn.config import ATTENTION_KINDS, MLP_ACTIVATIONS, POOLS, AttentionConfig, OptimizerConfig, ViTConfig
+from reluattn.params import flatten, init_params, unflatten
+
+# For properties that compile: no deadline (compilation is slow and uneven) and no shrinking (each shrink
+# step is another compilation; the failing example is still printed as drawn).
+compiling = settings(deadline=None, phases=(Phase.explicit, Phase.reuse, Phase.generate))
+
+
+def relative_error(actual, expected) -> float:
+    """max |actual - expected| / max(max |actual|, max |expected|): each array judged against its own scale
+    (entry-wise ratios are noise where an entry is ~0); the same measure as tests/gradcheck.py."""
+    actual = np.asarray(actual, dtype=np.float64).reshape(-1)
+    expected = np.asarray(expected, dtype=np.float64).reshape(-1)
+    assert actual.shape == expected.shape, f"shapes differ: {actual.shape} vs {expected.shape}"
+    scale = max(np.max(np.abs(actual), initial=0.0), np.max(np.abs(expected), initial=0.0))
+    return 0.0 if scale == 0.0 else float(np.max(np.abs(actual - expected)) / scale)
+
+
+def assert_trees_close(actual, expected, tolerance, what="tree"):
+    """Same leaves, and every leaf within `tolerance` relative error (as above)."""
+    actual, expected = flatten(actual), flatten(expected)
+    assert sorted(actual) == sorted(expected), f"{what}: leaves differ"
+    errors = {path: relative_error(actual[path], expected[path]) for path in expected}
+    bad = {path: error for path, error in errors.items() if not error <= tolerance}
+    assert not bad, f"{what}: leaves beyond relative error {tolerance}: {bad}"
+
+
+@st.composite
+def attention_configs(draw, kinds=ATTENTION_KINDS, impls=("dense", "blocked")):
+    impl = draw(st.sampled_from(impls))
+    return AttentionConfig(
+        kind=draw(st.sampled_from(kinds)),
+        alpha=draw(st.floats(0.0, 2.0)),
+        scale=draw(st.sampled_from([1.0, 0.5, 2.0])),
+        qk_norm=draw(st.booleans()),
+        gated=draw(st.booleans()),
+        impl=impl,
+        block_size=draw(st.sampled_from([None, 2, 3, 5])) if impl == "blocked" else None,
+    )
+
+
+@st.composite
+def vit_configs(draw, head_dims=(3, 4), kinds=ATTENTION_KINDS, impls=("dense", "blocked")):
+    """Small ViTs over every option of the SPEC: pools, MLP activations, attention kinds, alpha in [0, 2],
+    qk-norm, gate, blocked attention; 1-3 heads, depth 1-2, patch 2 or 4, 1 or 3 channels.
+
+    No width or head width of 2: a LayerNorm over two numbers outputs +-1 whatever they are, so its exact
+    gradient vanishes and what either backend computes there is rounding noise, not a comparable value."""
+    heads = draw(st.integers(1, 3))
+    image_size, patch_size = draw(st.sampled_from([(4, 2), (8, 4), (8, 2)]))
+    return ViTConfig(
+        image_size=image_size, patch_size=patch_size, channels=draw(st.sampled_from([1, 3])),
+        num_classes=draw(st.integers(2, 5)), dim=heads * draw(st.sampled_from(head_dims)),
+        depth=draw(st.integers(1, 2)), heads=heads, mlp_dim=draw(st.sampled_from([4, 12])),
+        pool=draw(st.sampled_from(POOLS)), mlp_activation=draw(st.sampled_from(MLP_ACTIVATIONS)),
+        attention=draw(attention_configs(kinds, impls)),
+    )
+
+
+def optimizer_configs():
+    """Hyperparameters over their useful ranges, clipping on and off, with and without warm-up."""
+    @st.composite
+    def draw_config(draw):
+        total = draw(st.integers(1, 12))
+        return OptimizerConfig(
+            learning_rate=draw(st.floats(1e-4, 1e-1)),
+            end_learning_rate=draw(st.sampled_from([0.0, 1e-5])),
+            warmup_steps=draw(st.integers(0, total - 1)),
+            total_steps=total,
+            weight_decay=draw(st.sampled_from([0.0, 0.05, 0.3])),
+            b1=draw(st.sampled_from([0.0, 0.8, 0.9])),
+            b2=draw(st.sampled_from([0.95, 0.999])),
+            eps=draw(st.sampled_from([1e-8, 1e-6, 1e-3])),
+            clip_norm=draw(st.sampled_from([None, 0.1, 1.0, 100.0])),
+        )
+    return draw_config()
+
+
+def random_params(cfg: ViTConfig, seed: int, dtype=np.float64) -> dict:
+    """init_params with every leaf moved off its initial value (no zero biases, no unit scales), so every
+    parameter carries a gradient of its own."""
+    rng = np.random.default_rng(seed)
+    flat = flatten(init_params(cfg, seed=seed, dtype=np.float64))
+    return unflatten({path: (leaf + rng.normal(0.0, 0.2, leaf.shape)).astype(dtype) for path, leaf in flat.items()})
+
+
+def random_batch(cfg: ViTConfig, seed: int, batch: int = 3, soft_labels: bool = False):
+    """(images (B, S, S, C) float64, labels (B,) ints or (B, K) probabilities)."""
+    rng = np.random.default_rng(seed)
+    images = rng.normal(size=(batch, cfg.image_size, cfg.image_size, cfg.channels))
+    if soft_labels:
+        return images, rng.dirichlet(np.ones(cfg.num_classes), size=batch)
+    return images, rng.integers(0, cfg.num_classes, size=batch)

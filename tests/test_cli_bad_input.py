@@ -1,0 +1,164 @@
+"""Every bad input gets one line on stderr saying what is wrong, a non-zero exit code and no traceback;
+`--debug` shows the traceback instead."""
+
+import errno
+import json
+import shutil
+
+import pytest
+
+from reluattn import checkpoint
+from reluattn.checkpoint import list_checkpoints, load_checkpoint
+from reluattn.cli import main
+from train_helpers import make_cifar10_archive, make_folder_dataset, tiny_args
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return make_folder_dataset(tmp_path_factory.mktemp("folder"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def environment(tmp_path_factory):
+    """A private data cache and no RELUATTN_DATA, for the module's fixtures as well as its tests."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RELUATTN_CACHE", str(tmp_path_factory.mktemp("cache")))
+        patch.delenv("RELUATTN_DATA", raising=False)
+        yield
+
+
+@pytest.fixture(scope="module")
+def trained(data, tmp_path_factory):
+    """A finished 4-step NumPy-backend run (its checkpoints are copied and damaged below)."""
+    out = tmp_path_factory.mktemp("trained") / "run"
+    assert main(tiny_args(data, out, steps=4, **{"--backend": "numpy"})) == 0
+    return out
+
+
+def fails_with_one_line(capsys, argv, *fragments, code=1):
+    """Run the CLI, expect exit `code` and exactly one stderr line holding every fragment; return it."""
+    capsys.readouterr()
+    assert main(argv) == code
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, captured.err
+    assert "Traceback" not in captured.err
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    return lines[0]
+
+
+def test_missing_archive(capsys, tmp_path):
+    fails_with_one_line(capsys, tiny_args(tmp_path / "cifar-10-python.tar.gz", tmp_path / "run"),
+                        "does not exist", "--data")
+
+
+def test_truncated_archive(capsys, tmp_path):
+    whole = make_cifar10_archive(tmp_path / "whole.tar.gz")
+    archive = tmp_path / "cifar-10-python.tar.gz"
+    archive.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])  # a download cut off half-way
+    fails_with_one_line(capsys, tiny_args(archive, tmp_path / "run"), str(archive), "truncated")
+
+
+def test_cifar_archive_trains(capsys, tmp_path):
+    """The same command on the intact archive works (so the failure above is the truncation)."""
+    archive = make_cifar10_archive(tmp_path / "cifar-10-python.tar.gz")
+    assert main(tiny_args(archive, tmp_path / "run", steps=2, **{"--backend": "numpy", "--val-split": 20})) == 0
+    assert "on 80 images (cifar10)" in capsys.readouterr().out
+
+
+def test_image_folder_without_classes(capsys, tmp_path):
+    (tmp_path / "empty" / "train").mkdir(parents=True)
+    fails_with_one_line(capsys, tiny_args(tmp_path / "empty", tmp_path / "run"), "no JPEG/PNG images")
+
+
+def test_unreadable_image(capsys, data, tmp_path):
+    broken = tmp_path / "broken"
+    shutil.copytree(data, broken)
+    (broken / "train" / "dog" / "005.png").write_bytes(b"not a png at all")
+    fails_with_one_line(capsys, tiny_args(broken, tmp_path / "run"), "005.png")
+
+
+def test_unknown_attention_kind(capsys, data, tmp_path):
+    fails_with_one_line(capsys, tiny_args(data, tmp_path / "run", **{"--attention": "cosine"}),
+                        "--attention", "cosine", code=2)
+
+
+def test_invalid_model_shape(capsys, data, tmp_path):
+    fails_with_one_line(capsys, tiny_args(data, tmp_path / "run", **{"--dim": 10, "--heads": 3}),
+                        "dim (10) must be divisible by ViTConfig.heads (3)")
+
+
+def test_checkpoint_config_that_does_not_parse(capsys, trained, data, tmp_path):
+    damaged = tmp_path / "run"
+    shutil.copytree(trained, damaged)
+    (list_checkpoints(damaged)[-1] / "config.json").write_text('{"model": {"dim": 16,')
+    fails_with_one_line(capsys, ["evaluate", "--checkpoint", str(damaged), "--data", str(data)],
+                        "config.json", "corrupted")
+    fails_with_one_line(capsys, tiny_args(data, damaged, steps=4, **{"--backend": "numpy"}) + ["--resume"],
+                        "config.json", "corrupted")
+
+
+def test_checkpoint_arrays_that_do_not_fit_the_config(capsys, trained, data, tmp_path):
+    damaged = tmp_path / "run"
+    shutil.copytree(trained, damaged)
+    config_path = list_checkpoints(damaged)[-1] / "config.json"
+    config = json.loads(config_path.read_text())
+    config["model"]["mlp_dim"] = 32
+    config_path.write_text(json.dumps(config))
+    fails_with_one_line(capsys, ["evaluate", "--checkpoint", str(damaged), "--data", str(data)],
+                        "params.npz", "do not fit", "mlp/fc1/w has shape (16, 16), expected (16, 32)")
+
+
+def test_truncated_parameter_file(capsys, trained, data, tmp_path):
+    damaged = tmp_path / "run"
+    shutil.copytree(trained, damaged)
+    params = list_checkpoints(damaged)[-1] / "params.npz"
+    params.write_bytes(params.read_bytes()[:100])
+    fails_with_one_line(capsys, ["evaluate", "--checkpoint", str(damaged), "--data", str(data), "--json"],
+                        "params.npz", "corrupted")
+    assert capsys.readouterr().out == ""
+
+
+def test_missing_checkpoint(capsys, data, tmp_path):
+    fails_with_one_line(capsys, ["evaluate", "--checkpoint", str(tmp_path / "nothing"), "--data", str(data)],
+                        "no checkpoint")
+    fails_with_one_line(capsys, tiny_args(data, tmp_path / "nothing") + ["--resume"], "no checkpoint to resume")
+
+
+def test_full_disk_while_checkpointing_keeps_what_was_saved(capsys, data, tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    real_write = checkpoint._write_npz
+    calls = []
+
+    def write_until_the_disk_fills(path, arrays):  # 2 npz files per checkpoint: the 2nd checkpoint fails
+        calls.append(path)
+        if len(calls) > 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(path, arrays)
+
+    monkeypatch.setattr(checkpoint, "_write_npz", write_until_the_disk_fills)
+    fails_with_one_line(capsys, tiny_args(data, out, steps=12, **{"--backend": "numpy"}), "disk is full",
+                        "earlier checkpoints are intact")
+    monkeypatch.undo()
+    assert [path.name for path in list_checkpoints(out)] == ["step_00000004"]
+    assert load_checkpoint(out)["state"]["step"] == 4
+    assert not [path for path in (out / "checkpoints").iterdir() if path.name.startswith(".tmp")]
+
+
+def test_usage_errors(capsys, data, tmp_path):
+    fails_with_one_line(capsys, ["frobnicate"], "invalid choice", code=2)
+    fails_with_one_line(capsys, tiny_args(data, tmp_path / "run") + ["--epochs", "3"], "--epochs or --steps",
+                        code=2)
+    fails_with_one_line(capsys, ["evaluate", "--data", str(data)], "--checkpoint", code=2)
+    fails_with_one_line(capsys, ["train", "--resume"], "--out", code=2)
+
+
+def test_resume_with_another_preset(capsys, trained, data):
+    fails_with_one_line(capsys, ["train", "--resume", "--out", str(trained), "--preset", "gpu-tiny",
+                                 "--data", str(data)], "was trained with preset 'cpu-small'", code=2)
+
+
+def test_debug_shows_the_traceback(data, tmp_path):
+    with pytest.raises(ValueError, match="does not exist"):
+        main(["--debug"] + tiny_args(tmp_path / "missing.tar.gz", tmp_path / "run"))

@@ -1,0 +1,121 @@
+"""`evaluate` (checked against a direct computation with the other backend), `plot` and `attention`."""
+
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import reluattn as ra
+from reluattn.checkpoint import load_checkpoint
+from reluattn.cli import main
+from reluattn.data import load_dataset, split_validation
+from reluattn.plots import attention_rollout
+from reluattn.run_files import read_metrics
+from train_helpers import make_folder_dataset, tiny_args
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return make_folder_dataset(tmp_path_factory.mktemp("folder"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def environment(tmp_path_factory):
+    """A private data cache and no RELUATTN_DATA, for the module's fixtures as well as its tests."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RELUATTN_CACHE", str(tmp_path_factory.mktemp("cache")))
+        patch.delenv("RELUATTN_DATA", raising=False)
+        yield
+
+
+@pytest.fixture(scope="module")
+def runs(data, tmp_path_factory):
+    """A JAX run (class token, relu) and a NumPy one (mean pooling, softmax), 8 steps each."""
+    root = tmp_path_factory.mktemp("runs")
+    assert main(tiny_args(data, root / "relu", steps=8)) == 0
+    assert main(tiny_args(data, root / "softmax", steps=8, **{"--backend": "numpy", "--attention": "softmax",
+                                                               "--pool": "gap"})) == 0
+    return root / "relu", root / "softmax"
+
+
+def direct_evaluation(run, images, labels):
+    """Accuracy and mean cross-entropy of the run's checkpoint, computed here with the NumPy backend."""
+    saved = load_checkpoint(run)
+    cfg = ra.ViTConfig.from_dict(saved["config"]["model"])
+    mean, std = (np.array(saved["config"]["data"][key], np.float32) for key in ("mean", "std"))
+    logits = np.asarray(ra.backend("numpy").apply(saved["params"], (images / 255.0 - mean) / std, cfg), np.float64)
+    log_probs = logits - logits.max(1, keepdims=True)
+    log_probs -= np.log(np.exp(log_probs).sum(1, keepdims=True))
+    return (logits.argmax(1) == labels).mean(), -log_probs[np.arange(len(labels)), labels].mean()
+
+
+def test_evaluate_json_matches_a_direct_computation(runs, data, capsys):
+    relu, _ = runs
+    capsys.readouterr()
+    assert main(["evaluate", "--checkpoint", str(relu), "--data", str(data), "--json"]) == 0
+    out = capsys.readouterr().out
+    assert len(out.strip().splitlines()) == 1
+    result = json.loads(out)
+    assert set(result) == {"accuracy", "loss", "n"}
+    test = load_dataset(data, "test")  # the default split: the dataset has a test split
+    accuracy, loss = direct_evaluation(relu, test.images, test.labels)
+    assert result["n"] == len(test) == 18
+    assert result["accuracy"] == pytest.approx(accuracy, abs=1e-12)
+    assert result["loss"] == pytest.approx(loss, rel=1e-4)
+
+
+def test_evaluate_val_is_the_runs_held_out_split(runs, data, capsys):
+    for run in runs:
+        capsys.readouterr()
+        assert main(["evaluate", "--checkpoint", str(run), "--data", str(data), "--split", "val", "--json"]) == 0
+        result = json.loads(capsys.readouterr().out)
+        held_out = split_validation(load_dataset(data, "train"), 12, 0)[1]
+        accuracy, loss = direct_evaluation(run, held_out.images, held_out.labels)
+        assert result["n"] == 12 and result["accuracy"] == pytest.approx(accuracy, abs=1e-12)
+        assert result["loss"] == pytest.approx(loss, rel=1e-4)
+        last_validation = [r for r in read_metrics(run) if r["split"] == "val"][-1]
+        assert result["loss"] == pytest.approx(last_validation["loss"], rel=1e-5)  # what training logged
+
+
+def test_evaluate_text_output(runs, data, capsys):
+    capsys.readouterr()
+    assert main(["evaluate", "--checkpoint", str(runs[1]), "--data", str(data), "--split", "train"]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line.startswith("train: accuracy ") and "n 72" in line
+
+
+def check_png(path, min_width=300):
+    with Image.open(path) as image:
+        assert image.format == "PNG" and image.width >= min_width and image.height >= 150
+        pixels = np.asarray(image.convert("L"))
+    assert pixels.std() > 5  # not a blank canvas
+
+
+def test_plot_two_runs(runs, tmp_path, capsys):
+    output = tmp_path / "curves.png"
+    assert main(["plot", *map(str, runs), "--output", str(output)]) == 0
+    assert f"wrote {output}" in capsys.readouterr().out
+    check_png(output, min_width=800)
+
+
+@pytest.mark.parametrize("which", [0, 1])
+def test_attention_png(runs, data, tmp_path, which):
+    output = tmp_path / "attention.png"
+    assert main(["attention", "--checkpoint", str(runs[which]), "--data", str(data), "--index", "4",
+                 "--output", str(output)]) == 0
+    check_png(output)
+
+
+def test_rollout_of_identity_attention_is_the_identity_and_rows_are_normalised():
+    tokens = 5
+    identity = [np.eye(tokens)[None].repeat(2, axis=0)] * 3  # 3 blocks, 2 heads
+    np.testing.assert_allclose(attention_rollout(identity), np.eye(tokens))
+    rng = np.random.default_rng(0)
+    relu_like = [np.maximum(rng.normal(size=(2, tokens, tokens)), 0) / tokens for _ in range(2)]
+    rollout = attention_rollout(relu_like)
+    np.testing.assert_allclose(rollout.sum(axis=1), np.ones(tokens))  # each row a distribution
+    # one block by hand: 0.5 * (row-normalised head mean) + 0.5 * I
+    mean = relu_like[0].mean(0)
+    expected = 0.5 * mean / mean.sum(1, keepdims=True) + 0.5 * np.eye(tokens)
+    np.testing.assert_allclose(attention_rollout(relu_like[:1]), expected)

@@ -1,0 +1,137 @@
+"""Shared pieces of the training/CLI tests: a tiny image-folder dataset and the flags of a tiny model.
+
+The dataset has three classes whose images differ in colour (so a one-block ViT learns them in a few
+steps), 8x8 RGB PNGs, a train and a test split.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parents[1]
+CLASSES = {"cat": (200, 40, 40), "dog": (40, 200, 40), "eel": (40, 40, 200)}
+
+
+def make_folder_dataset(root: Path, train_per_class: int = 24, test_per_class: int = 6, side: int = 8) -> Path:
+    rng = np.random.default_rng(0)
+    for split, count in (("train", train_per_class), ("test", test_per_class)):
+        for name, colour in CLASSES.items():
+            folder = root / split / name
+            folder.mkdir(parents=True, exist_ok=True)
+            for i in range(count):
+                pixels = np.clip(np.array(colour) + rng.normal(0, 50, (side, side, 3)), 0, 255).astype(np.uint8)
+                Image.fromarray(pixels).save(folder / f"{i:03d}.png")
+    return root
+
+
+def make_cifar10_archive(path: Path, per_batch: int = 20) -> Path:
+    """A cifar-10-python.tar.gz of the canonical layout (5 training batches, a test batch, the meta file)."""
+    import io
+    import pickle
+    import tarfile
+    rng = np.random.default_rng(0)
+    with tarfile.open(path, "w:gz") as tar:
+        for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch", "batches.meta"]:
+            if name == "batches.meta":
+                record = {b"label_names": [f"class{k}".encode() for k in range(10)]}
+            else:
+                record = {b"data": rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8),
+                          b"labels": [k % 10 for k in range(per_batch)]}
+            payload = pickle.dumps(record)
+            member = tarfile.TarInfo(f"cifar-10-batches-py/{name}")
+            member.size = len(payload)
+            tar.addfile(member, io.BytesIO(payload))
+    return path
+
+
+def tiny_args(data: Path, out: Path, steps: int = 12, **overrides) -> list[str]:
+    """`train` flags of a 16-wide, one-block ViT on the tiny dataset."""
+    flags = {"--data": data, "--out": out, "--steps": steps, "--dim": 16, "--depth": 1, "--heads": 2,
+             "--mlp-dim": 16, "--patch-size": 4, "--batch-size": 8, "--val-split": 12, "--warmup-steps": 0,
+             "--crop-padding": 1, "--compute-dtype": "float32", "--lr": 3e-3, "--eval-every": 4,
+             "--checkpoint-every": 4, "--log-every": 2}
+    flags.update(overrides)
+    args = ["train", "--no-progress"]
+    for name, value in flags.items():
+        if value is True:
+            args.append(name)
+        elif value is not None:
+            args += [name, str(value)]
+    return args
+
+
+# A wrapper around `reluattn` for subprocess tests: KILL_MODE makes the process hit itself with a signal
+# at a chosen point, deterministically (no sleeps, no races):
+#   flush:<SIG>:<step>       at the first metrics fetch at or after <step> (a moment between checkpoints)
+#   checkpoint:<SIG>:<step>  while checkpoint <step> is half written (params.npz done, opt_state.npz not)
+WRAPPER = r"""
+import os, signal, sys
+mode = os.environ.get("KILL_MODE")
+if mode:
+    where, name, step = mode.split(":")
+    signum, step = getattr(signal, name), int(step)
+    fired = []
+
+    def fire():
+        if not fired:
+            fired.append(True)
+            os.kill(os.getpid(), signum)
+
+    if where == "flush":
+        from reluattn import train
+        original_flush = train._Loop.flush
+
+        def flush(self):
+            if self.pending and self.pending[-1][0] >= step:
+                fire()
+            original_flush(self)
+
+        train._Loop.flush = flush
+    else:
+        from reluattn import checkpoint
+        original_write = checkpoint._write_npz
+
+        def write(path, arrays):
+            if f"step_{step:08d}" in str(path) and path.name == "opt_state.npz":
+                fire()
+            original_write(path, arrays)
+
+        checkpoint._write_npz = write
+from reluattn.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def run_cli(args, cache: Path, kill_mode: str | None = None, extra_env: dict | None = None, timeout: float = 120):
+    """Run `reluattn ARGS` in a fresh Python process; returns the CompletedProcess.
+
+    The processes share `cache` for decoded images and JAX's persistent compilation cache, so only the
+    first one of a kind pays for XLA's compilation (the same program gives the same executable)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), RELUATTN_CACHE=str(cache), MPLBACKEND="Agg",
+               JAX_COMPILATION_CACHE_DIR=str(cache / "xla"), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+               JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+    env.pop("KILL_MODE", None)
+    if kill_mode:
+        env["KILL_MODE"] = kill_mode
+    env.update(extra_env or {})
+    return subprocess.run([sys.executable, "-c", WRAPPER, *map(str, args)], env=env, capture_output=True, text=True,
+                          timeout=timeout, cwd=str(ROOT))
+
+
+def final_arrays(run: Path, name: str = "params.npz") -> dict:
+    from reluattn.checkpoint import resolve_checkpoint
+    with np.load(resolve_checkpoint(run) / name) as data:
+        return {key: data[key] for key in data.files}
+
+
+def assert_bit_identical(a: dict, b: dict) -> None:
+    assert sorted(a) == sorted(b)
+    for key in a:
+        assert a[key].dtype == b[key].dtype, key
+        assert np.array_equal(a[key], b[key]), f"{key} differs"
