@@ -21,15 +21,12 @@ import math
 
 import numpy as np
 
-from ..config import ATTENTION_IMPLS, AttentionConfig
+from ..checks import check_attention_options
 from .attention_weights import (attention_weights_backward, attention_weights_forward,
                                 causal_attention_weights_backward, causal_attention_weights_forward)
 from .blocked_attention import DEFAULT_BLOCK_SIZE, blocked_attention_forward
 from .layers import (dense_backward, dense_forward, layernorm_backward, layernorm_forward, silu_backward,
                      silu_forward)
-
-
-CAUSAL_LENGTHS = ("per_query", "global")  # the L of a causal query: its i + 1 visible keys, or all L
 
 
 # ------------------------------------------------------------------ the core, heads-first (B, H, T, Dh)
@@ -105,9 +102,8 @@ def attention(q, k, v, attn_cfg, *, impl=None, block_size=None, causal=False, ca
     impl: "dense" or "blocked" (default attn_cfg.impl); block_size: keys per block (default
     attn_cfg.block_size, else DEFAULT_BLOCK_SIZE). causal=True: query i sees keys j <= i, and the L of
     L^-alpha (and of sigmoid_bias's log L) is i + 1 (causal_length="per_query") or L ("global")."""
-    if not isinstance(attn_cfg, AttentionConfig):
-        raise ValueError(f"attn_cfg must be an AttentionConfig, got {type(attn_cfg).__name__}")
-    impl, block_size = check_attention_options(attn_cfg, impl, block_size, causal, causal_length)
+    impl = check_attention_options(attn_cfg, impl, block_size, causal, causal_length)
+    block_size = block_size or attn_cfg.block_size or DEFAULT_BLOCK_SIZE
     q, k, v = (np.asarray(t) for t in (q, k, v))
     if not (q.ndim == 4 and q.shape == k.shape == v.shape):
         raise ValueError(f"attention expects q, k, v of one shape (B, L, H, Dh); got {q.shape}, {k.shape}, {v.shape}")
@@ -118,21 +114,6 @@ def attention(q, k, v, attn_cfg, *, impl=None, block_size=None, causal=False, ca
     else:
         out = heads_attention_forward(q, k, v, attn_cfg, causal, causal_length)[0]  # (B, H, L, Dh)
     return out.transpose(to_heads_first)  # (B, L, H, Dh)
-
-
-def check_attention_options(attn_cfg, impl, block_size, causal, causal_length):
-    """Validate `attention`'s options (both backends use it); returns impl and block size, defaults filled."""
-    impl = attn_cfg.impl if impl is None else impl
-    if impl not in ATTENTION_IMPLS:
-        raise ValueError(f"impl must be one of {', '.join(ATTENTION_IMPLS)}; got {impl!r}")
-    block_size = (attn_cfg.block_size or DEFAULT_BLOCK_SIZE) if block_size is None else block_size
-    if isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer)) or block_size < 1:
-        raise ValueError(f"block_size must be a positive int, got {block_size!r}")
-    if not isinstance(causal, (bool, np.bool_)):
-        raise ValueError(f"causal must be True or False, got {causal!r}")
-    if causal_length not in CAUSAL_LENGTHS:
-        raise ValueError(f"causal_length must be one of {', '.join(CAUSAL_LENGTHS)}; got {causal_length!r}")
-    return impl, int(block_size)
 
 
 # ---------------------------------------------------------------------------- the multi-head layer
