@@ -10,9 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reluattn.config import ATTENTION_KINDS, AttentionConfig
+import reluattn.jax_backend as jb
+import reluattn.numpy_backend as nb
+from reluattn.config import ATTENTION_KINDS, AttentionConfig, ViTConfig
 from reluattn.jax_backend.blocked_attention import blocked_attention
 from reluattn.numpy_backend.multihead_attention import heads_attention_backward, heads_attention_forward
+from reluattn.params import flatten, init_params
 
 
 def qkv(seed, batch, length, heads, head_dim, spread=1.5, dtype=np.float64):
@@ -133,3 +136,86 @@ def test_blocked_forward_and_backward_hold_no_length_by_length_array(kind, causa
 
     largest, temp_bytes = largest_array_and_temp_bytes(dense, length)
     assert largest >= length * length and temp_bytes > length * length * 4
+
+
+# ----------------------------------------------------------------------- the backend's attention() and model
+
+def public_forward_and_grads(q, k, v, dout, attn_cfg, **options):
+    out, pullback = jax.vjp(lambda q, k, v: jb.attention(q, k, v, attn_cfg, **options), q, k, v)
+    return out, pullback(dout)
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 2 ** 31), attn_cfg=configs, length=st.integers(1, 40), block_size=st.integers(1, 48),
+       causal=st.booleans(), causal_length=st.sampled_from(["per_query", "global"]))
+def test_public_blocked_equals_jax_grad_of_the_dense_path_in_float32(seed, attn_cfg, length, block_size, causal,
+                                                                     causal_length):
+    # jax.grad of the plain dense formula against the custom VJP, float32 as the model runs it.
+    q, k, v, dout = qkv(seed, 2, length, 2, 8, spread=1.0, dtype=np.float32)
+    options = dict(causal=causal, causal_length=causal_length)
+    dense_out, dense_grads = public_forward_and_grads(q, k, v, dout, attn_cfg, impl="dense", **options)
+    out, grads = public_forward_and_grads(q, k, v, dout, attn_cfg, impl="blocked", block_size=block_size, **options)
+    for got, expected in zip([out, *grads], [dense_out, *dense_grads]):
+        assert got.dtype == jnp.float32
+        error = np.linalg.norm(np.asarray(got) - np.asarray(expected)) / max(np.linalg.norm(expected), 1e-30)
+        assert error < 2e-5
+
+
+@pytest.mark.parametrize("kind", ["relu", "softmax", "sigmoid_bias", "gelu"])
+@pytest.mark.parametrize("causal_length", ["per_query", "global"])
+def test_jax_dense_causal_equals_numpy_dense_causal(kind, causal_length):
+    attn_cfg = AttentionConfig(kind=kind, alpha=0.6, scale=1.4)
+    q, k, v, dout = qkv(4, 2, 9, 2, 3)
+    expected_out, expected_grads = numpy_dense(q, k, v, dout, attn_cfg, True, causal_length)
+    with jax.enable_x64(True):
+        for impl in ("dense", "blocked"):
+            out, grads = public_forward_and_grads(q, k, v, dout, attn_cfg, impl=impl, block_size=4, causal=True,
+                                                  causal_length=causal_length)
+            np.testing.assert_allclose(out, expected_out, rtol=1e-10, atol=1e-12)
+            for grad, expected in zip(grads, expected_grads):
+                np.testing.assert_allclose(grad, expected, rtol=1e-9, atol=1e-11)
+
+
+def test_public_attention_takes_impl_from_the_config_and_returns_causal_weights():
+    q, k, v, _ = qkv(5, 1, 6, 2, 4, dtype=np.float32)
+    attn_cfg = AttentionConfig(kind="relu", impl="blocked", block_size=2)
+    out, weights = jb.attention(q, k, v, attn_cfg, causal=True, return_weights=True)
+    expected_out = nb.attention(q, k, v, attn_cfg, causal=True)
+    np.testing.assert_allclose(out, expected_out, rtol=1e-5, atol=1e-6)
+    assert weights.shape == (1, 2, 6, 6) and not np.any(np.triu(np.asarray(weights), k=1))
+
+
+@pytest.mark.parametrize("bad, message", [
+    (dict(impl="sparse"), "impl must be one of"),
+    (dict(block_size=0), "block_size must be a positive int"),
+    (dict(causal=1), "causal must be True or False"),
+    (dict(causal=True, causal_length="local"), "causal_length must be one of"),
+])
+def test_public_attention_rejects_bad_options(bad, message):
+    q, k, v, _ = qkv(6, 1, 4, 1, 2, dtype=np.float32)
+    with pytest.raises(ValueError, match=message):
+        jb.attention(q, k, v, AttentionConfig(), **bad)
+
+
+@pytest.mark.parametrize("kind, qk_norm, gated", [("relu", False, False), ("softmax", True, True),
+                                                  ("sigmoid_bias", False, True)])
+def test_model_with_blocked_attention_equals_dense(kind, qk_norm, gated):
+    # 17 tokens in tiles of 5 keys: padded last tile; logits, loss and every gradient leaf agree.
+    def config(impl):
+        return ViTConfig(image_size=8, patch_size=2, dim=16, depth=2, heads=2, mlp_dim=16, num_classes=4,
+                         attention=AttentionConfig(kind=kind, impl=impl, block_size=5, qk_norm=qk_norm,
+                                                   gated=gated))
+    params = init_params(config("dense"), seed=3, dtype=np.float32)
+    rng = np.random.default_rng(0)
+    images, labels = rng.normal(size=(3, 8, 8, 3)).astype(np.float32), np.array([0, 3, 1])
+    for impl, uses_the_custom_vjp in (("dense", False), ("blocked", True)):  # the model really switches
+        program = str(jax.make_jaxpr(lambda p, impl=impl: jb.forward(p, images, config(impl)))(params))
+        assert ("custom_vjp_call" in program) == uses_the_custom_vjp
+    dense_logits = jb.apply(params, images, config("dense"))
+    np.testing.assert_allclose(jb.apply(params, images, config("blocked")), dense_logits, rtol=1e-5, atol=1e-5)
+    dense_loss, dense_grads = jb.loss_and_grad(params, images, labels, config("dense"))
+    blocked_loss, blocked_grads = jb.loss_and_grad(params, images, labels, config("blocked"))
+    assert float(blocked_loss) == pytest.approx(float(dense_loss), rel=1e-5)
+    for name, grad in flatten(dense_grads).items():
+        got = np.asarray(flatten(blocked_grads)[name])
+        assert np.linalg.norm(got - grad) <= 1e-4 * max(np.linalg.norm(grad), 1e-6), name
