@@ -39,7 +39,7 @@ import numpy as np
 from jax import lax
 
 DEFAULT_BLOCK_SIZE = 1024  # keys per tile when neither the call nor AttentionConfig.block_size gives one
-DEFAULT_QUERY_BLOCK_SIZE = 1024  # queries per tile when the call gives none
+DEFAULT_QUERY_BLOCK_SIZE = 512  # queries per tile when the call gives none (docs/performance.md: why)
 TILE_ELEMENTS = 512 * 512  # heads per step G: as many as keep G * bq * bk at about this many scores
 CAUSAL_LENGTHS = ("per_query", "global")
 
