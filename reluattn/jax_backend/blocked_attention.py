@@ -78,11 +78,11 @@ def _to_compute(plan, x):
 
 
 def _all_to_compute(plan, *arrays):
-    """Cast whole (G, L, Dh) arrays once, before the loops. The barrier keeps XLA from moving the cast
-    into the loops, where it would convert every tile again at each visit."""
-    if plan.compute_dtype is None:
-        return arrays
-    return lax.optimization_barrier(tuple(x.astype(plan.compute_dtype) for x in arrays))
+    """Cast whole (G, L, Dh) arrays once, before the loops, behind an optimization barrier. The barrier
+    keeps XLA from moving the cast into the loops (it would convert every tile again at each visit) and
+    from folding the backward's k^T back into a matmul as a transposed operand: XLA:CPU runs those on its
+    slow generic path, which has no bfloat16 x bfloat16 -> float32 kernel at all."""
+    return lax.optimization_barrier(tuple(_to_compute(plan, x) for x in arrays))
 
 
 def _matmul(equation, a, b, plan, accumulate):
@@ -268,6 +268,8 @@ def _backward(plan, q, k, v, out, log_sum_exp, dout):
     grads = (jnp.zeros((heads, head_dim, padded_queries), accumulate),  # dq^T (G, Dh, Tp)
              jnp.zeros(k.shape, accumulate), jnp.zeros(v.shape, accumulate))  # dk, dv (G, Lp, Dh)
     dq_transposed, dk, dv = lax.fori_loop(0, k.shape[1] // bk, key_block, grads)
+    # The barrier keeps XLA from merging this transpose into the dq matmuls (transposed operands again).
+    dq_transposed = lax.optimization_barrier(dq_transposed)
     return jnp.swapaxes(dq_transposed, 1, 2), dk, dv
 
 
