@@ -12,8 +12,10 @@ for a given output gradient: batch 2, 4 heads, head width 64, q, k, v shaped (B,
 Rows:  blocked relu/L (JAX, reluattn's custom_vjp), plain relu/L (JAX: einsum, relu, / L, einsum; jax.grad),
        jax.nn.dot_product_attention (softmax, XLA), and when `import torch` works: PyTorch
        scaled_dot_product_attention (softmax, fused flash kernel on CPU) and plain relu/L in PyTorch.
-Time:  the minimum and the median of --repeats calls after one warm-up (on a shared machine the minimum is
-       the better estimate of the op's cost; the load average is printed before and after).
+Time:  the minimum and the median of --repeats calls after one warm-up. The calls of one (L, dtype) are
+       interleaved round by round, so that load from other jobs on a shared machine spreads over all rows;
+       the minimum is then the better estimate of an op's cost. The load average and the XLA matmul peak
+       are printed before and after the table: a peak that drops means the table was disturbed.
 FLOPs: matmul FLOPs only, 2 per multiply-add: forward 4 B H L^2 Dh (q k^T and w v), backward 8 B H L^2 Dh
        (dw, dv, dq, dk), 12 B H L^2 Dh in all. Fused kernels that recompute q k^T in the backward (the
        blocked op, flash SDPA) do 14 B H L^2 Dh; GFLOP/s below always divides the 12 count by the time.
@@ -56,15 +58,19 @@ def load_average():
     return "load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
 
 
-def time_call(function, repeats):
-    """(min, median) seconds of `function()` over `repeats` calls after one warm-up."""
-    function()
-    times = []
+def time_calls(calls, repeats):
+    """{name: (min, median) seconds} of each call over `repeats` rounds after one warm-up each. The rounds
+    interleave the calls (a, b, c, a, b, c, ...), so a burst of load from another job on a shared machine
+    slows one round of every row rather than all the repeats of one row."""
+    for call in calls.values():
+        call()
+    times = {name: [] for name in calls}
     for _ in range(repeats):
-        start = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - start)
-    return min(times), statistics.median(times)
+        for name, call in calls.items():
+            start = time.perf_counter()
+            call()
+            times[name].append(time.perf_counter() - start)
+    return {name: (min(values), statistics.median(values)) for name, values in times.items()}
 
 
 # ---------------------------------------------------------------------------------------------- JAX rows
@@ -74,7 +80,8 @@ OPS = {"blocked": "blocked relu/L (JAX)", "plain": "plain relu/L (JAX)",
        "torch-sdpa": "PyTorch scaled_dot_product_attention softmax", "torch-plain": "PyTorch plain relu/L"}
 
 
-def jax_rows(length, dtype_name, repeats, ops, tiles):
+def jax_calls(length, dtype_name, ops, tiles):
+    """{row name: a call that runs the jitted forward + backward once and waits for it}."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -98,14 +105,12 @@ def jax_rows(length, dtype_name, repeats, ops, tiles):
     def softmax(q, k, v):
         return jax.nn.dot_product_attention(q, k, v)
 
-    rows = []
+    calls = {}
     for op, function in (("blocked", blocked), ("plain", plain), ("jax-sdpa", softmax)):
-        if op not in ops:
-            continue
-        name = OPS[op]
-        step = jax.jit(lambda q, k, v, dout, function=function: jax.vjp(function, q, k, v)[1](dout))
-        rows.append((name, *time_call(lambda: jax.block_until_ready(step(q, k, v, dout)), repeats)))
-    return rows
+        if op in ops:
+            step = jax.jit(lambda q, k, v, dout, function=function: jax.vjp(function, q, k, v)[1](dout))
+            calls[OPS[op]] = lambda step=step: jax.block_until_ready(step(q, k, v, dout))
+    return calls
 
 
 def matmul_peak(dtype_name, size=4096, repeats=10):
@@ -114,19 +119,20 @@ def matmul_peak(dtype_name, size=4096, repeats=10):
 
     a = jnp.ones((size, size), jnp.dtype(dtype_name))
     product = jax.jit(lambda a, b: jnp.matmul(a, b, preferred_element_type=jnp.float32))
-    best, _ = time_call(lambda: jax.block_until_ready(product(a, a)), repeats)
+    best, _ = time_calls({"matmul": lambda: jax.block_until_ready(product(a, a))}, repeats)["matmul"]
     return 2 * size ** 3 / best / 1e9
 
 
 # ------------------------------------------------------------------------------------------ PyTorch rows
 
-def torch_rows(length, dtype_name, repeats, ops):
+def torch_calls(length, dtype_name, ops):
+    """{row name: a call that runs forward + backward once} for the PyTorch rows (none without torch)."""
     if not {"torch-sdpa", "torch-plain"} & set(ops):
-        return []
+        return {}
     try:
         import torch
     except ImportError:
-        return []
+        return {}
     dtype = getattr(torch, dtype_name)
     generator = torch.Generator().manual_seed(0)
     q, k, v, dout = (torch.randn(BATCH, HEADS, length, HEAD_DIM, generator=generator).to(dtype) for _ in range(4))
@@ -144,8 +150,8 @@ def torch_rows(length, dtype_name, repeats, ops):
         return weights @ v
 
     sdpa = torch.nn.functional.scaled_dot_product_attention
-    return [(OPS[op], *time_call(lambda function=function: run(function), repeats))
-            for op, function in (("torch-sdpa", sdpa), ("torch-plain", plain)) if op in ops]
+    return {OPS[op]: (lambda function=function: run(function))
+            for op, function in (("torch-sdpa", sdpa), ("torch-plain", plain)) if op in ops}
 
 
 # ---------------------------------------------------------------------------------------------- memory
@@ -255,9 +261,9 @@ def print_table(args):
     for length in args.lengths:
         flops = 12 * BATCH * HEADS * length ** 2 * HEAD_DIM
         for dtype_name in args.dtypes:
-            rows = jax_rows(length, dtype_name, args.repeats, args.ops, args.tiles)
-            rows += torch_rows(length, dtype_name, args.repeats, args.ops)
-            for name, best, median in rows:
+            calls = {**jax_calls(length, dtype_name, args.ops, args.tiles),
+                     **torch_calls(length, dtype_name, args.ops)}
+            for name, (best, median) in time_calls(calls, args.repeats).items():
                 results[(length, dtype_name, name)] = best
                 rate = flops / best / 1e9
                 print(f"| {length} | {dtype_name} | {name} | {best * 1e3:.1f} | {median * 1e3:.1f} | {rate:.0f} | "
