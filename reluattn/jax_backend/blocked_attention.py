@@ -39,7 +39,8 @@ import numpy as np
 from jax import lax
 
 DEFAULT_BLOCK_SIZE = 1024  # keys per tile when neither the call nor AttentionConfig.block_size gives one
-DEFAULT_QUERY_BLOCK_SIZE = 512  # queries per tile when the call gives none (docs/performance.md: why)
+DEFAULT_QUERY_BLOCK_SIZE = 1024  # queries per tile when the call gives none ...
+HALF_PRECISION_QUERY_BLOCK_SIZE = 512  # ... and with bfloat16 matmuls past one tile (docs/performance.md)
 TILE_ELEMENTS = 512 * 512  # heads per step G: as many as keep G * bq * bk at about this many scores
 CAUSAL_LENGTHS = ("per_query", "global")
 
@@ -317,7 +318,8 @@ def _largest_divisor_at_most(n, limit):
 
 
 def make_plan(attn_cfg, num_queries, num_keys, num_heads=1, *, block_size=None, query_block_size=None,
-              heads_per_step=None, causal=False, causal_length="per_query", compute_dtype=None) -> Plan:
+              heads_per_step=None, causal=False, causal_length="per_query", compute_dtype=None,
+              input_dtype=jnp.float32) -> Plan:
     """The static description of a call: block sizes clipped to the sequence lengths, and the heads per
     step (G, a divisor of num_heads = B * H) that keep G * bq * bk near TILE_ELEMENTS."""
     if causal_length not in CAUSAL_LENGTHS:
@@ -327,7 +329,9 @@ def make_plan(attn_cfg, num_queries, num_keys, num_heads=1, *, block_size=None, 
     if block_size is None:
         block_size = attn_cfg.block_size or DEFAULT_BLOCK_SIZE
     if query_block_size is None:
-        query_block_size = DEFAULT_QUERY_BLOCK_SIZE
+        # bfloat16 matmuls are ~3x faster, so the float32 score tiles weigh more: smaller ones do better.
+        half = jnp.dtype(compute_dtype or input_dtype).itemsize < 4 and num_queries > DEFAULT_QUERY_BLOCK_SIZE
+        query_block_size = HALF_PRECISION_QUERY_BLOCK_SIZE if half else DEFAULT_QUERY_BLOCK_SIZE
     for name, value in (("block_size", block_size), ("query_block_size", query_block_size),
                         ("heads_per_step", 1 if heads_per_step is None else heads_per_step)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
@@ -357,14 +361,14 @@ def blocked_attention(q, k, v, attn_cfg, *, block_size=None, query_block_size=No
     with O((T + L) Dh + G bq bk) memory in the forward and the backward. Traceable (call it under jit).
 
     block_size: keys per tile (default attn_cfg.block_size, else DEFAULT_BLOCK_SIZE);
-    query_block_size: queries per tile (default DEFAULT_QUERY_BLOCK_SIZE);
+    query_block_size: queries per tile (default 1024; 512 with bfloat16 matmuls on more than 1024 queries);
     causal: query i sees keys j <= i, n_i = i + 1 (causal_length="per_query") or L ("global");
     compute_dtype: e.g. jnp.bfloat16 for bfloat16 matmul inputs with float32 accumulation;
     heads_per_step: G, how many of the B * H heads each tile holds (default: see make_plan)."""
     batch, num_queries, heads, head_dim = q.shape
     plan = make_plan(attn_cfg, num_queries, k.shape[1], batch * heads, block_size=block_size,
                      query_block_size=query_block_size, heads_per_step=heads_per_step, causal=causal,
-                     causal_length=causal_length, compute_dtype=compute_dtype)
+                     causal_length=causal_length, compute_dtype=compute_dtype, input_dtype=q.dtype)
     out_dtype = jnp.result_type(q, k, v)
     scaled_q = q * (1.0 / math.sqrt(head_dim))  # scale the (T, Dh) queries, not the T x L scores
     padded_queries = -(-plan.num_queries // plan.query_block) * plan.query_block
