@@ -15,6 +15,7 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
+import pytest
 from PIL import Image
 
 CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
@@ -159,3 +160,19 @@ def write_zip(path: Path, files: dict) -> Path:
         for name, data in files.items():
             archive.writestr(name, data)
     return Path(path)
+
+
+# ------------------------------------------------------------------ shared by the data tests
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    """A private decoded-image cache and no RELUATTN_DATA (import into a test module to use it)."""
+    monkeypatch.setenv("RELUATTN_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("RELUATTN_DATA", raising=False)
+
+
+def one_line_error(excinfo) -> str:
+    """The message of a raised error, which must be one non-empty line without surrounding blanks."""
+    message = str(excinfo.value)
+    assert "\n" not in message and message.strip() == message and message
+    return message

@@ -10,21 +10,8 @@ import pytest
 from reluattn import checkpoint
 from reluattn.checkpoint import list_checkpoints, load_checkpoint
 from reluattn.cli import main
-from train_helpers import make_cifar10_archive, make_folder_dataset, tiny_args
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return make_folder_dataset(tmp_path_factory.mktemp("folder"))
-
-
-@pytest.fixture(scope="module", autouse=True)
-def environment(tmp_path_factory):
-    """A private data cache and no RELUATTN_DATA, for the module's fixtures as well as its tests."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("RELUATTN_CACHE", str(tmp_path_factory.mktemp("cache")))
-        patch.delenv("RELUATTN_DATA", raising=False)
-        yield
+from train_helpers import make_cifar10_archive, tiny_args
+from train_helpers import data, environment  # noqa: F401  (module fixtures)
 
 
 @pytest.fixture(scope="module")

@@ -12,21 +12,8 @@ from reluattn.cli import main
 from reluattn.data import load_dataset, split_validation
 from reluattn.plots import attention_rollout
 from reluattn.run_files import read_metrics
-from train_helpers import make_folder_dataset, tiny_args
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return make_folder_dataset(tmp_path_factory.mktemp("folder"))
-
-
-@pytest.fixture(scope="module", autouse=True)
-def environment(tmp_path_factory):
-    """A private data cache and no RELUATTN_DATA, for the module's fixtures as well as its tests."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("RELUATTN_CACHE", str(tmp_path_factory.mktemp("cache")))
-        patch.delenv("RELUATTN_DATA", raising=False)
-        yield
+from train_helpers import tiny_args
+from train_helpers import data, environment  # noqa: F401  (module fixtures)
 
 
 @pytest.fixture(scope="module")

@@ -7,16 +7,11 @@ import pytest
 
 import reluattn.data as data_module
 from data_builders import image_folder_files, write_cifar_archive, write_files, write_zip
+from data_builders import private_cache  # noqa: F401  (private_cache is an autouse fixture)
 from reluattn.data import DataError, cache_dir, load_dataset
 from reluattn.data.cache import atomic_write, read_cache
 
 LAYOUT = {"train": {"cat": 3, "dog": 2}}
-
-
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("RELUATTN_CACHE", str(tmp_path / "cache"))
-    monkeypatch.delenv("RELUATTN_DATA", raising=False)
 
 
 def cache_files():

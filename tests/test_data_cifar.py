@@ -12,20 +12,9 @@ import pytest
 
 from data_builders import (CIFAR10_CLASSES, CIFAR100_CLASSES, cifar_files, folder_name, python2_pickle, to_rows,
                            write_cifar_archive, write_cifar_folder, write_tar)
+from data_builders import private_cache, one_line_error  # noqa: F401  (private_cache is an autouse fixture)
 from reluattn.data import DataError, load_dataset
 from reluattn.data.cifar import load_pickle, read_cifar_archive
-
-
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("RELUATTN_CACHE", str(tmp_path / "cache"))
-    monkeypatch.delenv("RELUATTN_DATA", raising=False)
-
-
-def one_line_error(excinfo) -> str:
-    message = str(excinfo.value)
-    assert "\n" not in message and message.strip() == message and message
-    return message
 
 
 @pytest.mark.parametrize("split", ["train", "test"])

@@ -11,15 +11,10 @@ import numpy as np
 import pytest
 
 from data_builders import write_cifar_archive
+from data_builders import private_cache  # noqa: F401  (private_cache is an autouse fixture)
 from reluattn.data import DataError, load_dataset
 from reluattn.data import download as download_module
 from reluattn.data.download import Archive, download, fetch_cifar
-
-
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("RELUATTN_CACHE", str(tmp_path / "cache"))
-    monkeypatch.delenv("RELUATTN_DATA", raising=False)
 
 
 class FileServer:

@@ -7,24 +7,13 @@ import numpy as np
 import pytest
 
 from data_builders import encode_image, image_folder_files, labelled_pixels, write_files, write_zip
+from data_builders import private_cache, one_line_error  # noqa: F401  (private_cache is an autouse fixture)
 from reluattn.data import DataError, detect_format, index_image_folder, load_dataset
 from reluattn.data import folder as folder_module
 from reluattn.data.folder import decode_images
 
 LAYOUT = {"train": {"truck": 3, "cat": 2, "airplane": 4}, "test": {"cat": 1, "truck": 2, "airplane": 1}}
 SORTED_CLASSES = ("airplane", "cat", "truck")
-
-
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("RELUATTN_CACHE", str(tmp_path / "cache"))
-    monkeypatch.delenv("RELUATTN_DATA", raising=False)
-
-
-def one_line_error(excinfo) -> str:
-    message = str(excinfo.value)
-    assert "\n" not in message and message
-    return message
 
 
 @pytest.fixture(params=["folder", "zip"])

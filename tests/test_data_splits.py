@@ -4,13 +4,8 @@ import numpy as np
 import pytest
 
 from data_builders import image_folder_files, write_cifar_archive, write_cifar_folder, write_files, write_zip
+from data_builders import private_cache  # noqa: F401  (private_cache is an autouse fixture)
 from reluattn.data import DataError, Dataset, detect_format, load_dataset, split_validation, take_subset
-
-
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("RELUATTN_CACHE", str(tmp_path / "cache"))
-    monkeypatch.delenv("RELUATTN_DATA", raising=False)
 
 
 def numbered(count: int) -> Dataset:

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from reluattn import grading
+from reluattn.config import AttentionConfig
 from reluattn.grading import ExerciseFailed
 from reluattn.numpy_backend import attention_weights, layers, mlp, model, multihead_attention
 
@@ -224,3 +225,145 @@ def test_grading_imports_nothing_but_numpy_and_reluattn():
     code = "import sys, reluattn.grading; print(sorted(m for m in ('jax', 'scipy', 'matplotlib') if m in sys.modules))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+# ------------------------------------------------------------------ notebooks 03, 04 and 06 (phase 2)
+
+def numpy_relu_attention(q, k, v, alpha):
+    """Tokens-first relu / L^alpha attention in plain NumPy, T and L free."""
+    scores = np.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(q.shape[-1])  # (B, H, T, L)
+    return np.einsum("bhqk,bkhd->bqhd", k.shape[1] ** -alpha * np.maximum(scores, 0.0), v)  # (B, T, H, Dh)
+
+
+def numpy_attention_vjp(q, k, v, dout, alpha):
+    """The NumPy backend's hand-written backward, tokens-first."""
+    attn_cfg = AttentionConfig(kind="relu", alpha=alpha)
+    heads = [x.transpose(0, 2, 1, 3) for x in (q, k, v, dout)]
+    _, _, cache = multihead_attention.heads_attention_forward(*heads[:3], attn_cfg)
+    return tuple(g.transpose(0, 2, 1, 3) for g in multihead_attention.heads_attention_backward(heads[3], cache, attn_cfg))
+
+
+def numpy_blocked_relu(q, k, v, block_size):
+    out = 0.0
+    for start in range(0, k.shape[-2], block_size):
+        scores = q @ k[..., start:start + block_size, :].swapaxes(-1, -2) / math.sqrt(q.shape[-1])
+        out = out + np.maximum(scores, 0.0) @ v[..., start:start + block_size, :]
+    return out / k.shape[-2]
+
+
+def numpy_online_softmax(q, k, v, block_size, subtract_maximum=True, rescale_output=True):
+    running_max, normaliser, out = np.full(q.shape[:-1] + (1,), -np.inf), 0.0, 0.0
+    for start in range(0, k.shape[-2], block_size):
+        scores = q @ k[..., start:start + block_size, :].swapaxes(-1, -2) / math.sqrt(q.shape[-1])
+        new_max = np.maximum(running_max, scores.max(-1, keepdims=True)) if subtract_maximum else 0.0
+        rescale = np.exp(running_max - new_max) if subtract_maximum else 1.0  # with no maximum, nothing to rescale
+        weights = np.exp(scores - new_max)
+        normaliser = normaliser * rescale + weights.sum(-1, keepdims=True)
+        out = (out * rescale if rescale_output else out) + weights @ v[..., start:start + block_size, :]
+        running_max = new_max
+    return out / normaliser
+
+
+@pytest.mark.parametrize("checker, reference", [
+    (grading.check_relu_attention, numpy_relu_attention),
+    (grading.check_attention_vjp, numpy_attention_vjp),
+    (grading.check_blocked_relu_attention, numpy_blocked_relu),
+    (grading.check_online_softmax_attention, numpy_online_softmax),
+    (grading.check_accuracy_standard_error, lambda p, n: math.sqrt(p * (1 - p) / n)),
+], ids=lambda item: getattr(item, "__name__", ""))
+def test_independent_implementations_pass(checker, reference, capsys):
+    checker(reference)
+    assert capsys.readouterr().out.startswith("\N{CHECK MARK}")
+
+
+def test_rollout_checker_agrees_with_the_plots_module(capsys):
+    from reluattn.plots import attention_rollout
+    grading.check_attention_rollout(attention_rollout)
+    assert capsys.readouterr().out.startswith("\N{CHECK MARK}")
+    attention = [np.maximum(np.random.default_rng(i).normal(size=(2, 5, 5)), 0) for i in range(3)]
+    assert np.allclose(grading.attention_rollout(attention), attention_rollout(attention))
+
+
+def test_jax_answers_are_graded_in_float64_or_to_float32_precision(capsys):
+    import jax
+    import jax.numpy as jnp
+
+    def jnp_attention(q, k, v, alpha):
+        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(q.shape[-1])
+        return jnp.einsum("bhqk,bkhd->bqhd", k.shape[1] ** -alpha * jax.nn.relu(scores), v)
+
+    def jnp_vjp(q, k, v, dout, alpha):
+        return jax.vjp(lambda q, k, v: jnp_attention(q, k, v, alpha), q, k, v)[1](dout)
+
+    with jax.enable_x64(True):
+        grading.check_relu_attention(jnp_attention)
+        grading.check_attention_vjp(jnp_vjp)
+    assert capsys.readouterr().out.count("in float64") == 2
+    grading.check_relu_attention(jnp_attention)  # JAX's default: float32
+    assert "graded to float32 precision" in capsys.readouterr().out
+    fails_with(grading.check_relu_attention,
+               lambda q, k, v, alpha: jnp_attention(q, k, v, alpha).astype(jnp.bfloat16), "dtype bfloat16")
+
+
+def test_notebook_03_slips_are_named():
+    fails_with(grading.check_relu_attention, lambda q, k, v, alpha: numpy_relu_attention(q, k, v, alpha)
+               * (k.shape[1] / q.shape[1]) ** alpha, "not of queries")
+    fails_with(grading.check_relu_attention, lambda q, k, v, alpha: np.einsum(
+        "bhqk,bkhd->bqhd", k.shape[1] ** -alpha * np.einsum("bqhd,bkhd->bhqk", q, k) / 2.0, v), "relu is missing")
+    fails_with(grading.check_relu_attention, lambda q, k, v, alpha: numpy_relu_attention(q, k, v, alpha) * 2.0,
+               "sqrt(Dh)")
+    fails_with(grading.check_attention_vjp, lambda q, k, v, dout, alpha: numpy_attention_vjp(q, k, v, dout, alpha)[:2],
+               "three arrays")
+    fails_with(grading.check_attention_vjp, lambda q, k, v, dout, alpha: numpy_attention_vjp(
+        q, k, v, np.ones_like(dout), alpha), "called with dout, not with ones")
+
+
+def test_notebook_04_slips_are_named():
+    fails_with(grading.check_accuracy_standard_error, lambda p, n: p * (1 - p) / n, "its square root")
+    fails_with(grading.check_accuracy_standard_error, lambda p, n: math.sqrt(p * (1 - p) / (n - 1)), "not n - 1")
+
+    def rollout(attention, residual=0.5, normalise=True, absolute=True, reverse=False):
+        result = np.eye(attention[0].shape[-1])
+        for weights in attention:
+            average = (np.abs(weights) if absolute else weights).mean(0)
+            if normalise:
+                sums = average.sum(-1, keepdims=True)
+                average = average / sums  # no guard against rows of zeros
+            mixed = (1 - residual) * average + residual * np.eye(len(average))
+            result = result @ mixed if reverse else mixed @ result
+        return result
+
+    with np.errstate(invalid="ignore", divide="ignore"):  # the rows of zeros
+        fails_with(grading.check_attention_rollout, lambda a: rollout(a, residual=0.0), "the residual is missing")
+        fails_with(grading.check_attention_rollout, lambda a: rollout(a, reverse=True), "wrong order")
+        fails_with(grading.check_attention_rollout, lambda a: rollout(a, normalise=False), "not normalised")
+        fails_with(grading.check_attention_rollout, rollout, "a row of zeros divided by its sum 0")
+
+
+def test_notebook_06_slips_are_named():
+    def by_block_length(q, k, v, block_size):
+        out = 0.0
+        for start in range(0, k.shape[-2], block_size):
+            keys = k[..., start:start + block_size, :]
+            scores = q @ keys.swapaxes(-1, -2) / math.sqrt(q.shape[-1])
+            out = out + np.maximum(scores, 0.0) @ v[..., start:start + block_size, :] / keys.shape[-2]
+        return out
+
+    def per_block_softmax(q, k, v, block_size):
+        return sum(grading.blocked_attention.full_attention(q, k[..., s:s + block_size, :], v[..., s:s + block_size, :],
+                                                            "softmax") for s in range(0, k.shape[-2], block_size))
+
+    fails_with(grading.check_blocked_relu_attention, by_block_length, "its own length")
+    fails_with(grading.check_blocked_relu_attention, lambda q, k, v, b: numpy_blocked_relu(q, k, v, b) * k.shape[-2],
+               "the factor 1/L is missing")
+    message = fails_with(grading.check_blocked_relu_attention,
+                         lambda q, k, v, b: grading.blocked_attention.full_attention(q, k, v, "relu"),
+                         "is right, but", "never the full q @ k^T")
+    assert "MiB" in message
+    fails_with(grading.check_online_softmax_attention, per_block_softmax, "softmaxed on its own")
+    fails_with(grading.check_online_softmax_attention,
+               lambda q, k, v, b: numpy_online_softmax(q, k, v, b, rescale_output=False), "not rescaled")
+    with np.errstate(over="ignore", invalid="ignore"):
+        fails_with(grading.check_online_softmax_attention,
+                   lambda q, k, v, b: numpy_online_softmax(q, k, v, b, subtract_maximum=False),
+                   "subtract the running maximum")

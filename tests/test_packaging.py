@@ -1,4 +1,5 @@
-"""environment.yml stays in step with pyproject.toml; the README keeps its two commands; .ci/run calls them."""
+"""environment.yml stays in step with pyproject.toml; the README keeps its two commands; .ci/run calls them
+and builds the docs."""
 
 import re
 from pathlib import Path
@@ -8,8 +9,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def pyproject_requirements() -> dict:
     text = (ROOT / "pyproject.toml").read_text()
-    blocks = re.findall(r"^(?:dependencies|dev) = \[(.*?)\]", text, flags=re.S | re.M)
-    assert len(blocks) == 2, "expected [project].dependencies and the dev extra in pyproject.toml"
+    blocks = re.findall(r"^(?:dependencies|dev|docs) = \[(.*?)\]", text, flags=re.S | re.M)
+    assert len(blocks) == 3, "expected [project].dependencies and the dev and docs extras in pyproject.toml"
     specs = re.findall(r'"([A-Za-z0-9_.\-]+)\s*([<>=!~][^"]*)"', "".join(blocks))
     return {name.lower(): bound.strip() for name, bound in specs}
 
@@ -23,7 +24,7 @@ def environment_requirements() -> dict:
 
 def test_every_pyproject_dependency_has_a_lower_bound():
     requirements = pyproject_requirements()
-    assert {"numpy", "jax", "optax", "matplotlib", "pytest", "hypothesis"} <= set(requirements)
+    assert {"numpy", "jax", "optax", "matplotlib", "pytest", "hypothesis", "sphinx", "myst-nb"} <= set(requirements)
     for name, bound in requirements.items():
         assert bound.startswith(">="), f"{name} needs a lower bound in pyproject.toml, has {bound!r}"
 
@@ -39,3 +40,11 @@ def test_readme_has_the_two_commands_and_ci_runs_the_test_one():
     readme = (ROOT / "README.md").read_text()
     assert "make train" in readme and "make test" in readme
     assert "make test" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_make_docs_builds_with_the_docs_extra_and_ci_runs_it():
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^docs: ", makefile, flags=re.M), "the Makefile needs a docs target"
+    assert ".[dev,docs]" in makefile and "-W" in makefile  # warnings are errors
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert ci.index("make test") < ci.index("make docs")

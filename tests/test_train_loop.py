@@ -9,23 +9,10 @@ import pytest
 from reluattn.checkpoint import list_checkpoints, resolve_checkpoint
 from reluattn.cli import main
 from reluattn.run_files import read_metrics
-from train_helpers import assert_bit_identical, final_arrays, make_folder_dataset, tiny_args
+from train_helpers import assert_bit_identical, final_arrays, tiny_args
+from train_helpers import data, environment  # noqa: F401  (module fixtures)
 
 KEYS = {"step", "epoch", "split", "loss", "accuracy", "learning_rate", "images_per_s", "time"}
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return make_folder_dataset(tmp_path_factory.mktemp("folder"))
-
-
-@pytest.fixture(scope="module", autouse=True)
-def environment(tmp_path_factory):
-    """A private data cache and no RELUATTN_DATA, for the module's fixtures as well as its tests."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("RELUATTN_CACHE", str(tmp_path_factory.mktemp("cache")))
-        patch.delenv("RELUATTN_DATA", raising=False)
-        yield
 
 
 def numpy_run(data, out, steps=8, **flags):

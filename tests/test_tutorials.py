@@ -26,8 +26,9 @@ PROBE = "import sys, reluattn; print(sys.executable); print(reluattn.__file__)"
 
 
 def test_the_tutorials_are_there():
-    expected = {"01_why_1_over_L.ipynb", "02_backprop_by_hand.ipynb", "05_key_value_memories.ipynb"}
-    assert expected <= {path.name for path in NOTEBOOKS}
+    expected = {"01_why_1_over_L.ipynb", "02_backprop_by_hand.ipynb", "03_same_model_in_jax.ipynb",
+                "04_training_on_cifar10.ipynb", "05_key_value_memories.ipynb", "06_parallelism.ipynb"}
+    assert expected == {path.name for path in NOTEBOOKS}
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.stem)

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -135,3 +136,18 @@ def assert_bit_identical(a: dict, b: dict) -> None:
     for key in a:
         assert a[key].dtype == b[key].dtype, key
         assert np.array_equal(a[key], b[key]), f"{key} differs"
+
+
+# Module-scoped fixtures shared by the CLI and training-loop tests (import them into a test module).
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return make_folder_dataset(tmp_path_factory.mktemp("folder"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def environment(tmp_path_factory):
+    """A private data cache and no RELUATTN_DATA, for the module's fixtures as well as its tests."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RELUATTN_CACHE", str(tmp_path_factory.mktemp("cache")))
+        patch.delenv("RELUATTN_DATA", raising=False)
+        yield

@@ -6,15 +6,20 @@ input's gradient, which configuration).
     from reluattn.grading import check_layernorm_backward
     check_layernorm_backward(my_layernorm_backward)   # ✓ layernorm_backward: dx, grads['scale'], ... agree
 
-Notebook 01 (why 1/L):            check_pointwise_weights, check_expected_activation, check_output_variance
-Notebook 02 (backprop by hand):   check_dense_backward, check_layernorm_backward, check_gelu_backward,
-                                  check_softmax_backward, check_attention_weights_backward,
-                                  check_attention_core_backward, check_self_attention_backward,
-                                  check_block_backward
-Notebook 05 (key-value memories): check_memory_read, check_top_share
+Notebook 01 (why 1/L):               check_pointwise_weights, check_expected_activation, check_output_variance
+Notebook 02 (backprop by hand):      check_dense_backward, check_layernorm_backward, check_gelu_backward,
+                                     check_softmax_backward, check_attention_weights_backward,
+                                     check_attention_core_backward, check_self_attention_backward,
+                                     check_block_backward
+Notebook 03 (the same model in JAX): check_relu_attention, check_attention_vjp (they grade JAX code without
+                                     importing JAX: NumPy arrays in, np.asarray on what comes back)
+Notebook 04 (training on CIFAR-10):  check_attention_rollout, check_accuracy_standard_error
+Notebook 05 (key-value memories):    check_memory_read, check_top_share
+Notebook 06 (parallelism):           check_blocked_relu_attention, check_online_softmax_attention
 
 Tools: `gradient_check(f, arrays, grads)` and `numeric_gradient(f, x)` (central differences, float64),
-`relative_error`, and the references `expected_activation`, `output_variance`, `memory_read`, `top_share`.
+`relative_error`, and the references `expected_activation`, `output_variance`, `memory_read`, `top_share`,
+`accuracy_standard_error`, `attention_rollout`.
 NumPy only, like the backend it grades.
 """
 
@@ -22,11 +27,14 @@ from .backprop_attention import (check_attention_core_backward, check_attention_
                                  check_block_backward, check_self_attention_backward)
 from .backprop_layers import (check_dense_backward, check_gelu_backward, check_layernorm_backward,
                               check_softmax_backward)
+from .blocked_attention import check_blocked_relu_attention, check_online_softmax_attention
 from .feedback import ExerciseFailed, diagnose
 from .finite_differences import gradient_check, numeric_gradient, relative_error
+from .jax_attention import check_attention_vjp, check_relu_attention
 from .memories import check_memory_read, check_top_share, memory_read, top_share, top_slot_count
 from .scaling import (check_expected_activation, check_output_variance, check_pointwise_weights,
                       expected_activation, output_variance)
+from .training import accuracy_standard_error, attention_rollout, check_accuracy_standard_error, check_attention_rollout
 
 CHECKERS = {
     "01_why_1_over_L": ("check_pointwise_weights", "check_expected_activation", "check_output_variance"),
@@ -34,9 +42,13 @@ CHECKERS = {
                             "check_softmax_backward", "check_attention_weights_backward",
                             "check_attention_core_backward", "check_self_attention_backward",
                             "check_block_backward"),
+    "03_same_model_in_jax": ("check_relu_attention", "check_attention_vjp"),
+    "04_training_on_cifar10": ("check_accuracy_standard_error", "check_attention_rollout"),
     "05_key_value_memories": ("check_memory_read", "check_top_share"),
+    "06_parallelism": ("check_blocked_relu_attention", "check_online_softmax_attention"),
 }
 
 __all__ = ["CHECKERS", "ExerciseFailed", "diagnose", "gradient_check", "numeric_gradient", "relative_error",
            "expected_activation", "output_variance", "memory_read", "top_share", "top_slot_count",
+           "accuracy_standard_error", "attention_rollout",
            *(name for names in CHECKERS.values() for name in names)]

@@ -1,0 +1,100 @@
+"""Sphinx configuration for the reluattn site: `make docs` (or `sphinx-build -W docs docs/_build/html`).
+
+The tutorials are executed while the site is built, with RELUATTN_QUICK=1 (a smaller run of each; set
+RELUATTN_QUICK=0 to render the full runs): they are copied from ../tutorials into docs/tutorials/ first
+(a generated folder, not committed). Formulas are rendered by MathJax 3 served from the site itself
+(sphinx-mathjax-offline), so the pages need no network.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+DOCS = Path(__file__).resolve().parent
+ROOT = DOCS.parent
+sys.path.insert(0, str(ROOT))  # this checkout's reluattn, installed or not
+sys.path.insert(0, str(DOCS / "_ext"))
+os.environ.setdefault("RELUATTN_QUICK", "1")  # the notebooks' kernels inherit it
+os.environ.pop("MPLBACKEND", None)  # the kernels' own inline backend, so that plt.show() draws into the page
+os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+
+import reluattn  # noqa: E402
+
+project = "reluattn"
+author = "the reluattn developers"
+copyright = "2026, the reluattn developers"
+release = reluattn.__version__
+
+extensions = [
+    "myst_nb",
+    "sphinx.ext.autodoc",
+    "sphinx.ext.mathjax",
+    "sphinx-mathjax-offline",
+    "sphinxarg.ext",
+    "reluattn_docs",
+]
+
+# ------------------------------------------------------------------------------------------ the pages
+
+# Pages written by others that may not exist yet: listed in the index's toctree when they do.
+OPTIONAL_PAGES = ("results", "performance")
+exclude_patterns = ["_build", "_ext", "**.ipynb_checkpoints", "Thumbs.db", ".DS_Store"]
+myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist"]
+myst_heading_anchors = 3
+smartquotes = False  # keep -- and quotes as typed: command-line flags and code-like text
+
+
+def copy_tutorials() -> None:
+    """tutorials/NN_*.ipynb -> docs/tutorials/ (only those that changed, so rebuilds stay incremental)."""
+    target = DOCS / "tutorials"
+    target.mkdir(exist_ok=True)
+    wanted = {path.name: path for path in sorted((ROOT / "tutorials").glob("[0-9][0-9]_*.ipynb"))}
+    for stale in target.glob("*.ipynb"):
+        if stale.name not in wanted:
+            stale.unlink()
+    for name, source in wanted.items():
+        copy = target / name
+        if not copy.exists() or copy.read_bytes() != source.read_bytes():
+            shutil.copyfile(source, copy)
+
+
+copy_tutorials()
+
+
+def optional_pages(app, docname, source):
+    """Fill the index's placeholder with the optional pages that exist."""
+    if docname == "index":
+        present = [page for page in OPTIONAL_PAGES if (DOCS / f"{page}.md").exists()]
+        source[0] = source[0].replace("optional-pages-here", "\n".join(present))
+
+
+def setup(app):
+    app.connect("source-read", optional_pages)
+
+
+# ------------------------------------------------------------------------------------------- notebooks
+
+nb_execution_mode = "auto"           # run every notebook that has no outputs (they are committed without)
+nb_execution_timeout = 600           # seconds per cell
+nb_execution_raise_on_error = True   # a failing check cell fails the build
+nb_execution_show_tb = True
+nb_merge_streams = True
+
+# ----------------------------------------------------------------------------------------- API reference
+
+autodoc_member_order = "bysource"
+autodoc_typehints = "signature"
+autodoc_default_options = {"undoc-members": False}  # docstrings are plain text: _ext/reluattn_docs.py
+
+# --------------------------------------------------------------------------------------------- HTML
+
+html_theme = "furo"
+html_title = "reluattn"
+html_static_path = ["_static"]
+html_css_files = ["reluattn.css"]
+highlight_language = "text"  # fences without a language are shown as typed (notebook cells are Python)
+pygments_style = "friendly"
+pygments_dark_style = "monokai"
