@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .config import ViTConfig
+from .config import ATTENTION_IMPLS, AttentionConfig, ViTConfig
 from .params import check_params
+
+CAUSAL_LENGTHS = ("per_query", "global")  # the L of causal query i: its own i + 1 visible keys, or all L
 
 
 def check_images(images, cfg: ViTConfig) -> None:
@@ -62,3 +64,21 @@ def check_call(params, images, cfg: ViTConfig, labels=None) -> None:
 def check_label_smoothing(label_smoothing) -> None:
     if not (isinstance(label_smoothing, (int, float)) and 0.0 <= label_smoothing < 1.0):
         raise ValueError(f"label_smoothing must be a number in [0, 1), got {label_smoothing!r}")
+
+
+def check_attention_options(attn_cfg, impl, block_size, causal, causal_length) -> str:
+    """The options of both backends' attention(q, k, v, attn_cfg, *, impl, block_size, causal,
+    causal_length). Returns impl, with None meaning attn_cfg.impl (block_size None: the backend's default)."""
+    if not isinstance(attn_cfg, AttentionConfig):
+        raise ValueError(f"attn_cfg must be an AttentionConfig, got {type(attn_cfg).__name__}")
+    impl = attn_cfg.impl if impl is None else impl
+    if impl not in ATTENTION_IMPLS:
+        raise ValueError(f"impl must be one of {', '.join(ATTENTION_IMPLS)}; got {impl!r}")
+    if block_size is not None and (isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer))
+                                   or block_size < 1):
+        raise ValueError(f"block_size must be a positive int or None, got {block_size!r}")
+    if not isinstance(causal, (bool, np.bool_)):
+        raise ValueError(f"causal must be True or False, got {causal!r}")
+    if causal_length not in CAUSAL_LENGTHS:
+        raise ValueError(f"causal_length must be one of {', '.join(CAUSAL_LENGTHS)}; got {causal_length!r}")
+    return impl

@@ -14,9 +14,9 @@ it themselves), `forward` / `loss_and_logits` (un-jitted pure functions), and th
 `sharding`. Results are JAX arrays (`np.asarray(x)` / `float(x)` to bring them to the host).
 
 Files: matmul.py (every matmul: precision and memory layout), layers.py (dense, LayerNorm, GELU, MLP),
-cpu_setup.py (process settings for XLA:CPU), attention.py (weight kinds, dense
-and blocked attention), model.py (the ViT, loss, jitted entry points), train.py (optax AdamW, train step),
-sharding.py (data parallel over devices and hosts).
+cpu_setup.py (process settings for XLA:CPU), attention.py (weight kinds, dense and blocked attention,
+causal masks), blocked_attention.py (the tiled custom_vjp behind impl="blocked"), model.py (the ViT, loss,
+jitted entry points), train.py (optax AdamW, train step), sharding.py (data parallel over devices and hosts).
 """
 
 from . import cpu_setup

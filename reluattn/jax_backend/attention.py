@@ -5,6 +5,10 @@ number of keys; softmax ignores alpha and scale; sigmoid_bias is scale * sigmoid
 The derivative of relu at exactly 0 is 0, and relu6's is 0 at 0 and at 6 (jax.nn.relu / jax.nn.relu6
 define these custom derivatives; jnp.maximum would give 1/2 at the tie).
 
+Causal attention (causal=True): query i sees keys j <= i, and its L is its i + 1 visible keys
+(causal_length="per_query", ReLUFormer's choice) or all L ("global"); softmax is just masked.
+impl="blocked" is the tiled, memory-efficient forward and backward of blocked_attention.py.
+
 Shapes: B batch, T queries, L keys (= T in self-attention), H heads, Dh head width.
 """
 
@@ -17,10 +21,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..checks import check_attention_options
 from ..config import AttentionConfig
+from .blocked_attention import blocked_attention as tiled_attention
 from .layers import canonical_compute_dtype, matmul
-
-DEFAULT_BLOCK_SIZE = 128  # keys per block for impl="blocked" when AttentionConfig.block_size is None
 
 # h(s) for the point-wise kinds; each is applied element-wise to the (B, H, T, L) scores.
 POINTWISE = {
@@ -45,100 +49,86 @@ def attention_weights(scores, attn_cfg: AttentionConfig, num_keys: int | None = 
     return (attn_cfg.scale * num_keys ** -attn_cfg.alpha) * POINTWISE[attn_cfg.kind](scores)  # (B, H, T, L)
 
 
+def causal_attention_weights(scores, attn_cfg: AttentionConfig, causal_length="per_query"):
+    """(B, H, T, L) scores -> causal weights: query i reads keys j <= i, with L = i + 1 ("per_query") or
+    the full L ("global") in the length factor; hidden keys weigh 0."""
+    num_queries, num_keys = scores.shape[-2:]
+    visible = jnp.arange(num_keys)[None, :] <= jnp.arange(num_queries)[:, None]  # (T, L)
+    if attn_cfg.kind == "softmax":
+        return jax.nn.softmax(jnp.where(visible, scores, -jnp.inf), axis=-1)  # (B, H, T, L)
+    if causal_length == "per_query":
+        counts = jnp.arange(1, num_queries + 1, dtype=scores.dtype)[:, None]  # (T, 1)
+    else:
+        counts = jnp.full((num_queries, 1), num_keys, scores.dtype)  # (T, 1)
+    if attn_cfg.kind == "sigmoid_bias":
+        weights = attn_cfg.scale * jax.nn.sigmoid(scores - jnp.log(counts))  # (B, H, T, L)
+    else:
+        weights = attn_cfg.scale * counts ** -attn_cfg.alpha * POINTWISE[attn_cfg.kind](scores)  # (B, H, T, L)
+    return jnp.where(visible, weights, 0.0)
+
+
+def _weights(scores, attn_cfg, causal, causal_length):
+    return causal_attention_weights(scores, attn_cfg, causal_length) if causal else attention_weights(scores, attn_cfg)
+
+
 def _scores(q, k, compute_dtype):
     """s = q.k / sqrt(Dh): (B, T, H, Dh), (B, L, H, Dh) -> (B, H, T, L)."""
     q = q * (1.0 / math.sqrt(q.shape[-1]))  # scale the smaller tensor, not the T x L scores
     return matmul("bqhd,bkhd->bhqk", q, k, compute_dtype)  # (B, H, T, L)
 
 
-def dense_attention(q, k, v, attn_cfg: AttentionConfig, compute_dtype=None):
+def dense_attention(q, k, v, attn_cfg: AttentionConfig, compute_dtype=None, causal=False,
+                    causal_length="per_query"):
     """Holds the whole T x L weight matrix. Returns ((B, T, H, Dh) output, (B, H, T, L) weights)."""
-    weights = attention_weights(_scores(q, k, compute_dtype), attn_cfg)  # (B, H, T, L)
+    weights = _weights(_scores(q, k, compute_dtype), attn_cfg, causal, causal_length)  # (B, H, T, L)
     out = matmul("bhqk,bkhd->bqhd", weights, v, compute_dtype)  # (B, T, H, Dh)
     return out, weights
 
 
-def blocked_attention(q, k, v, attn_cfg: AttentionConfig, compute_dtype=None):
-    """The same output as `dense_attention`, walking keys in blocks so only a T x block slab is live.
-
-    Point-wise kinds need no normalisation, so the output is a plain sum of per-block reads (L, the total
-    number of keys, still sets the L^-alpha factor). Softmax keeps a running max and sum (online softmax).
-    Keys are zero-padded to a whole number of blocks and the padding is masked out. Each block step is
-    rematerialised in the backward pass (jax.checkpoint), so training memory is O(T x block) too.
-    """
-    batch, num_keys, heads, head_dim = k.shape
-    block = min(attn_cfg.block_size or DEFAULT_BLOCK_SIZE, num_keys)
-    num_blocks = -(-num_keys // block)
-    padding = num_blocks * block - num_keys
-    pad = ((0, 0), (0, padding), (0, 0), (0, 0))
-    k_blocks = jnp.pad(k, pad).reshape(batch, num_blocks, block, heads, head_dim).swapaxes(0, 1)  # (nb, B, blk, H, Dh)
-    v_blocks = jnp.pad(v, pad).reshape(batch, num_blocks, block, heads, head_dim).swapaxes(0, 1)  # (nb, B, blk, H, Dh)
-    valid = jnp.asarray(np.arange(num_blocks * block).reshape(num_blocks, block) < num_keys)  # (nb, blk)
-    q = q * (1.0 / math.sqrt(head_dim))  # (B, T, H, Dh)
-    stat_dtype = jnp.result_type(q, k)
-
-    if attn_cfg.kind != "softmax":
-        @jax.checkpoint
-        def step(total, block_inputs):
-            k_block, v_block, valid_block = block_inputs
-            scores = matmul("bqhd,bkhd->bhqk", q, k_block, compute_dtype)  # (B, H, T, blk)
-            # The L^-alpha factor (or log L bias) uses all L keys, not the block's.
-            weights = attention_weights(scores, attn_cfg, num_keys) * valid_block  # (B, H, T, blk)
-            return total + matmul("bhqk,bkhd->bqhd", weights, v_block, compute_dtype), None  # (B, T, H, Dh)
-
-        initial = jnp.zeros(q.shape, stat_dtype)  # (B, T, H, Dh)
-        out, _ = jax.lax.scan(step, initial, (k_blocks, v_blocks, valid))
-        return out
-
-    @jax.checkpoint
-    def softmax_step(carry, block_inputs):
-        running_max, running_sum, total = carry  # (B, H, T), (B, H, T), (B, T, H, Dh)
-        k_block, v_block, valid_block = block_inputs
-        scores = matmul("bqhd,bkhd->bhqk", q, k_block, compute_dtype)  # (B, H, T, blk)
-        scores = jnp.where(valid_block, scores, -jnp.inf)  # padded keys get no weight
-        # The result does not depend on the shift, so no gradient flows through it.
-        new_max = jax.lax.stop_gradient(jnp.maximum(running_max, scores.max(axis=-1)))  # (B, H, T)
-        correction = jnp.exp(running_max - new_max)  # (B, H, T)
-        unnormalised = jnp.exp(scores - new_max[..., None])  # (B, H, T, blk)
-        running_sum = running_sum * correction + unnormalised.sum(axis=-1)  # (B, H, T)
-        read = matmul("bhqk,bkhd->bqhd", unnormalised, v_block, compute_dtype)  # (B, T, H, Dh)
-        total = total * correction.transpose(0, 2, 1)[..., None] + read  # (B, T, H, Dh)
-        return (new_max, running_sum, total), None
-
-    stats_shape = (batch, heads, q.shape[1])
-    initial = (jnp.full(stats_shape, -jnp.inf, stat_dtype), jnp.zeros(stats_shape, stat_dtype),
-               jnp.zeros(q.shape, stat_dtype))
-    (_, running_sum, total), _ = jax.lax.scan(softmax_step, initial, (k_blocks, v_blocks, valid))
-    return total / running_sum.transpose(0, 2, 1)[..., None]  # (B, T, H, Dh)
+def blocked_attention(q, k, v, attn_cfg: AttentionConfig, compute_dtype=None, *, block_size=None, causal=False,
+                      causal_length="per_query"):
+    """The same output as `dense_attention` without ever holding the T x L weights, in the forward or
+    the backward: tiles of queries x keys, and a custom VJP that recomputes each tile's scores
+    (blocked_attention.py). block_size: keys per tile (default attn_cfg.block_size, else 1024)."""
+    return tiled_attention(q, k, v, attn_cfg, block_size=block_size, causal=causal, causal_length=causal_length,
+                           compute_dtype=compute_dtype)
 
 
-def multi_head_attention(q, k, v, attn_cfg: AttentionConfig, compute_dtype=None, return_weights=False):
-    """Dispatch on attn_cfg.impl. Returns (output, weights or None); with impl="blocked" the weights are
-    only computed (densely, for plots and tests) when asked for."""
-    if attn_cfg.impl == "dense":
-        out, weights = dense_attention(q, k, v, attn_cfg, compute_dtype)
+def multi_head_attention(q, k, v, attn_cfg: AttentionConfig, compute_dtype=None, return_weights=False, *,
+                         impl=None, block_size=None, causal=False, causal_length="per_query"):
+    """Dispatch on impl (default attn_cfg.impl). Returns (output, weights or None); with impl="blocked"
+    the weights are only computed (densely, for plots and tests) when asked for."""
+    if (attn_cfg.impl if impl is None else impl) == "dense":
+        out, weights = dense_attention(q, k, v, attn_cfg, compute_dtype, causal, causal_length)
         return out, (weights if return_weights else None)
-    out = blocked_attention(q, k, v, attn_cfg, compute_dtype)
-    weights = attention_weights(_scores(q, k, compute_dtype), attn_cfg) if return_weights else None
+    out = blocked_attention(q, k, v, attn_cfg, compute_dtype, block_size=block_size, causal=causal,
+                            causal_length=causal_length)
+    weights = _weights(_scores(q, k, compute_dtype), attn_cfg, causal, causal_length) if return_weights else None
     return out, weights
 
 
-@functools.partial(jax.jit, static_argnames=("attn_cfg", "return_weights", "compute_dtype"))
-def _attention_jit(q, k, v, attn_cfg, return_weights, compute_dtype):
-    return multi_head_attention(q, k, v, attn_cfg, compute_dtype, return_weights)
+@functools.partial(jax.jit, static_argnames=("attn_cfg", "return_weights", "compute_dtype", "impl", "block_size",
+                                             "causal", "causal_length"))
+def _attention_jit(q, k, v, attn_cfg, return_weights, compute_dtype, impl, block_size, causal, causal_length):
+    return multi_head_attention(q, k, v, attn_cfg, compute_dtype, return_weights, impl=impl, block_size=block_size,
+                                causal=causal, causal_length=causal_length)
 
 
-def attention(q, k, v, attn_cfg: AttentionConfig, *, return_weights=False, compute_dtype=None):
+def attention(q, k, v, attn_cfg: AttentionConfig, *, impl=None, block_size=None, causal=False,
+              causal_length="per_query", return_weights=False, compute_dtype=None):
     """Multi-head self-attention core (no projections): q, k, v (B, L, H, Dh) -> (B, L, H, Dh).
 
     s = q.k / sqrt(Dh) (qk-layernorm, when wanted, is applied by the caller to q and k first);
-    w = attention_weights(s); o_i = sum_j w_ij v_j. With `return_weights=True` returns
-    `(output, weights)`, weights (B, H, L, L). Accepts NumPy or JAX arrays; returns JAX arrays.
+    w = attention_weights(s); o_i = sum_j w_ij v_j. impl: "dense" or "blocked" (default attn_cfg.impl);
+    block_size: keys per tile for "blocked" (default attn_cfg.block_size, else 1024). causal=True: query i
+    sees keys j <= i, with L = i + 1 (causal_length="per_query") or L ("global") in L^-alpha and log L.
+    With `return_weights=True` returns `(output, weights)`, weights (B, H, L, L). Accepts NumPy or JAX
+    arrays; returns JAX arrays. Differentiable (jax.grad / jax.vjp) either way.
     """
-    if not isinstance(attn_cfg, AttentionConfig):
-        raise ValueError(f"attn_cfg must be an AttentionConfig, got {type(attn_cfg).__name__}")
+    impl = check_attention_options(attn_cfg, impl, block_size, causal, causal_length)
     shapes = [tuple(np.shape(x)) for x in (q, k, v)]
     if not (len(shapes[0]) == 4 and shapes[0] == shapes[1] == shapes[2]):  # the NumPy backend's rule and message
         raise ValueError(f"attention expects q, k, v of one shape (B, L, H, Dh); got {shapes[0]}, {shapes[1]}, {shapes[2]}")
-    out, weights = _attention_jit(q, k, v, attn_cfg, bool(return_weights), canonical_compute_dtype(compute_dtype))
+    out, weights = _attention_jit(q, k, v, attn_cfg, bool(return_weights), canonical_compute_dtype(compute_dtype),
+                                  impl, None if block_size is None else int(block_size), bool(causal), causal_length)
     return (out, weights) if return_weights else out

@@ -5,6 +5,7 @@ Files, in reading order:
     layers.py               dense, LayerNorm, GELU, ReLU, SiLU, softmax, cross-entropy
     attention_weights.py    scores -> weights for every attention kind (softmax, relu / L, ...)
     multihead_attention.py  the multi-head core attention(q, k, v) and the self-attention layer
+    blocked_attention.py    the same core one block of keys at a time (impl="blocked"; online softmax)
     mlp.py                  the MLP (gelu, relu, softmax, softmax_ln)
     model.py                patch embedding, blocks, head: apply, loss_and_grad
     optim.py                AdamW + clipping + warm-up/cosine schedule: init_optimizer, train_step
@@ -23,10 +24,10 @@ Shape legend, used in the shape comment on every line that makes a tensor:
     in, out   a dense layer's input and output widths
 """
 
-from . import attention_weights, layers, mlp, model, multihead_attention, optim
+from . import attention_weights, blocked_attention, layers, mlp, model, multihead_attention, optim
 from .multihead_attention import attention
 from .model import apply, loss_and_grad
 from .optim import init_optimizer, learning_rate, train_step
 
 __all__ = ["apply", "loss_and_grad", "attention", "init_optimizer", "train_step", "learning_rate",
-           "layers", "attention_weights", "multihead_attention", "mlp", "model", "optim"]
+           "layers", "attention_weights", "blocked_attention", "multihead_attention", "mlp", "model", "optim"]

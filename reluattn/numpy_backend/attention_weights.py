@@ -6,6 +6,10 @@
 
 L is the number of keys (the last axis of the scores). With h = relu and alpha = 1 this is ReLU / L
 (Wortsman et al. 2023): each weight is O(1/L) on average, as with softmax, instead of O(1).
+
+Causal attention (causal_attention_weights_forward / _backward): query i reads keys j <= i only, and its
+L is its own i + 1 visible keys (causal_length="per_query", ReLUFormer's choice) or all L ("global").
+Hidden keys get weight 0; softmax renormalises over the visible ones.
 """
 
 from __future__ import annotations
@@ -58,8 +62,10 @@ def pointwise_derivative(kind, scores):
 
 
 def length_factor(attn_cfg, num_keys):
-    """The constant in front of h(s): scale * L^(-alpha)."""
-    return attn_cfg.scale * float(num_keys) ** (-attn_cfg.alpha)
+    """The constant in front of h(s): scale * L^(-alpha). num_keys: a number, or per-query counts (T, 1)."""
+    if np.ndim(num_keys) == 0:
+        return attn_cfg.scale * float(num_keys) ** (-attn_cfg.alpha)
+    return attn_cfg.scale * np.power(num_keys, -attn_cfg.alpha)  # (T, 1)
 
 
 def attention_weights_forward(scores, attn_cfg):
@@ -88,3 +94,38 @@ def attention_weights_backward(dweights, cache, attn_cfg):
     # Differentiates weights = scale * L^-alpha * h(scores).
     factor = length_factor(attn_cfg, num_keys)
     return dweights * factor * pointwise_derivative(attn_cfg.kind, scores)  # (..., L)
+
+
+# ---------------------------------------------------------------------------------------------- causal
+
+def causal_visible_keys(num_queries, num_keys, causal_length, dtype):
+    """Query i's L, (T, 1) -- i + 1 ("per_query") or L ("global") -- and the mask (T, L) of keys j <= i."""
+    query_index = np.arange(num_queries)[:, None]  # (T, 1)
+    visible = np.arange(num_keys)[None, :] <= query_index  # (T, L)
+    counts = query_index + 1 if causal_length == "per_query" else np.full((num_queries, 1), num_keys)  # (T, 1)
+    return counts.astype(dtype), visible
+
+
+def causal_attention_weights_forward(scores, attn_cfg, causal_length="per_query"):
+    """Scores (..., T, L) -> causal weights (..., T, L): hidden keys (j > i) weigh 0."""
+    counts, visible = causal_visible_keys(*scores.shape[-2:], causal_length, scores.dtype)  # (T, 1), (T, L)
+    if attn_cfg.kind == "softmax":
+        weights = softmax(np.where(visible, scores, -np.inf))  # (..., T, L); e^-inf = 0
+    elif attn_cfg.kind == "sigmoid_bias":
+        weights = attn_cfg.scale * sigmoid(scores - np.log(counts)) * visible  # (..., T, L)
+    else:
+        weights = length_factor(attn_cfg, counts) * pointwise(attn_cfg.kind, scores) * visible  # (..., T, L)
+    return weights, (scores, weights, counts, visible)
+
+
+def causal_attention_weights_backward(dweights, cache, attn_cfg):
+    scores, weights, counts, visible = cache
+    if attn_cfg.kind == "softmax":
+        # Differentiates weights = softmax(masked scores); hidden keys have weight 0, so gradient 0.
+        return softmax_backward(dweights, (weights,))  # (..., T, L)
+    if attn_cfg.kind == "sigmoid_bias":
+        # Differentiates weights = scale * sigmoid(scores - log n_i) * visible (sig = 0 where hidden).
+        sig = weights / attn_cfg.scale  # (..., T, L)
+        return dweights * attn_cfg.scale * sig * (1.0 - sig)  # (..., T, L)
+    # Differentiates weights = scale * n_i^-alpha * h(scores) * visible.
+    return dweights * length_factor(attn_cfg, counts) * pointwise_derivative(attn_cfg.kind, scores) * visible

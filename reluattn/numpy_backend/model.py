@@ -5,6 +5,8 @@
 
 `apply` and `loss_and_grad` are the public entry points; they check their input and compute in the
 parameters' dtype (float64 parameters: float64 throughout, which is what the gradient tests use).
+With cfg.attention.impl == "blocked" the attention forward walks key blocks and the backward recomputes
+the dense weights (see multihead_attention.py); the blocks' weights slot in `forward` is then None.
 """
 
 from __future__ import annotations
@@ -82,7 +84,8 @@ def block_backward(dout, cache, cfg):
 # ------------------------------------------------------------------------------------------ the model
 
 def forward(params, images, cfg):
-    """Logits (B, K), the attention weights of every block [(B, H, T, T)] and the cache for `backward`.
+    """Logits (B, K), the attention weights of every block [(B, H, T, T), None with impl="blocked"] and
+    the cache for `backward`.
     No input checks here: `apply` and `loss_and_grad` do them."""
     x, embed_cache = embed_forward(images, params, cfg)  # (B, T, D)
     block_caches, attention_weights = [], []
@@ -135,6 +138,9 @@ def apply(params, images, cfg, *, return_attention=False):
     """Logits (B, K) for images (B, S, S, C); with return_attention=True, (logits, [weights (B, H, T, T)
     of each block])."""
     params, images = _prepare(params, images, cfg)
+    if return_attention and cfg.attention.impl == "blocked":
+        # The blocked core never makes the (B, H, T, T) weights; asking for them means the dense core.
+        cfg = cfg.replace(attention=cfg.attention.replace(impl="dense"))
     logits, attention_weights, _ = forward(params, images, cfg)
     return (logits, attention_weights) if return_attention else logits
 
