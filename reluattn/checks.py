@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from .config import ATTENTION_IMPLS, AttentionConfig, ViTConfig
-from .params import check_params
+from .params import check_params, flatten
 
 CAUSAL_LENGTHS = ("per_query", "global")  # the L of causal query i: its own i + 1 visible keys, or all L
 
@@ -82,3 +82,15 @@ def check_attention_options(attn_cfg, impl, block_size, causal, causal_length) -
     if causal_length not in CAUSAL_LENGTHS:
         raise ValueError(f"causal_length must be one of {', '.join(CAUSAL_LENGTHS)}; got {causal_length!r}")
     return impl
+
+
+def check_optimizer_state(opt_state, params) -> None:
+    """opt_state must be the dict made by init_optimizer: step, and mu and nu shaped like params."""
+    if not (isinstance(opt_state, dict) and {"step", "mu", "nu"} <= set(opt_state)):
+        raise ValueError("opt_state must be the dict made by init_optimizer, with keys step, mu and nu; got "
+                         f"{sorted(opt_state) if isinstance(opt_state, dict) else type(opt_state).__name__}")
+    expected = {path: np.shape(leaf) for path, leaf in flatten(params).items()}
+    for name in ("mu", "nu"):
+        got = {path: np.shape(leaf) for path, leaf in flatten(opt_state[name]).items()}
+        if got != expected:
+            raise ValueError(f"opt_state[{name!r}] does not match the parameter tree (leaves or shapes differ)")

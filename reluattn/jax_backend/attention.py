@@ -23,7 +23,6 @@ import numpy as np
 
 from ..checks import check_attention_options
 from ..config import AttentionConfig
-from .blocked_attention import blocked_attention as tiled_attention
 from .layers import canonical_compute_dtype, matmul
 
 # h(s) for the point-wise kinds; each is applied element-wise to the (B, H, T, L) scores.
@@ -90,6 +89,7 @@ def blocked_attention(q, k, v, attn_cfg: AttentionConfig, compute_dtype=None, *,
     """The same output as `dense_attention` without ever holding the T x L weights, in the forward or
     the backward: tiles of queries x keys, and a custom VJP that recomputes each tile's scores
     (blocked_attention.py). block_size: keys per tile (default attn_cfg.block_size, else 1024)."""
+    from .blocked_attention import blocked_attention as tiled_attention  # here: that module uses POINTWISE
     return tiled_attention(q, k, v, attn_cfg, block_size=block_size, causal=causal, causal_length=causal_length,
                            compute_dtype=compute_dtype)
 

@@ -38,22 +38,14 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ..checks import CAUSAL_LENGTHS
+from .attention import POINTWISE  # h(s) of the point-wise kinds, shared with the dense path
+
 DEFAULT_BLOCK_SIZE = 1024  # keys per tile when neither the call nor AttentionConfig.block_size gives one
 DEFAULT_QUERY_BLOCK_SIZE = 1024  # queries per tile when the call gives none ...
 HALF_PRECISION_QUERY_BLOCK_SIZE = 512  # ... and with bfloat16 matmuls past one tile (docs/performance.md)
 TILE_ELEMENTS = 512 * 512  # heads per step G: as many as keep G * bq * bk at about this many scores
-CAUSAL_LENGTHS = ("per_query", "global")
 
-# h(s) for the point-wise kinds (jax.nn.relu and relu6 have derivative 0 at their kinks, like NumPy's).
-POINTWISE = {
-    "relu": jax.nn.relu,
-    "relu2": lambda s: jnp.square(jax.nn.relu(s)),
-    "gelu": lambda s: jax.nn.gelu(s, approximate=True),
-    "softplus": jax.nn.softplus,
-    "sigmoid": jax.nn.sigmoid,
-    "relu6": jax.nn.relu6,
-    "identity": lambda s: s,
-}
 
 
 class Plan(NamedTuple):

@@ -30,10 +30,10 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from ..checks import check_label_smoothing
+from ..checks import check_label_smoothing, check_optimizer_state
 from ..config import OptimizerConfig, ViTConfig
 from .model import canonical_compute_dtype, check_inputs
-from .train import check_optimizer_state, make_train_step
+from .train import make_train_step
 
 DATA_AXIS = "data"
 

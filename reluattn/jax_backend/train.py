@@ -35,9 +35,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ..checks import check_label_smoothing
+from ..checks import check_label_smoothing, check_optimizer_state
 from ..config import OptimizerConfig, ViTConfig
-from ..params import decay_mask, flatten
+from ..params import decay_mask
 from .model import canonical_compute_dtype, check_inputs, loss_and_logits
 
 
@@ -74,18 +74,6 @@ def init_optimizer(params, opt_cfg: OptimizerConfig) -> dict:
         raise ValueError(f"opt_cfg must be an OptimizerConfig, got {type(opt_cfg).__name__}")
     return {"step": jnp.zeros((), jnp.int32), "mu": jax.tree.map(jnp.zeros_like, params),
             "nu": jax.tree.map(jnp.zeros_like, params)}
-
-
-def check_optimizer_state(opt_state, params) -> None:
-    """The same check (and message) as the NumPy backend: a dict with step, mu and nu shaped like params."""
-    if not (isinstance(opt_state, dict) and {"step", "mu", "nu"} <= set(opt_state)):
-        raise ValueError("opt_state must be the dict made by init_optimizer, with keys step, mu and nu; got "
-                         f"{sorted(opt_state) if isinstance(opt_state, dict) else type(opt_state).__name__}")
-    expected = {path: np.shape(leaf) for path, leaf in flatten(params).items()}
-    for name in ("mu", "nu"):
-        got = {path: np.shape(leaf) for path, leaf in flatten(opt_state[name]).items()}
-        if got != expected:
-            raise ValueError(f"opt_state[{name!r}] does not match the parameter tree (leaves or shapes differ)")
 
 
 def to_optax_state(optimizer: optax.GradientTransformation, params, opt_state: dict):

@@ -18,8 +18,9 @@ import math
 
 import numpy as np
 
+from ..checks import check_optimizer_state
 from ..config import OptimizerConfig
-from ..params import decay_mask, flatten, tree_leaves, tree_map
+from ..params import decay_mask, tree_leaves, tree_map
 from .model import forward_backward
 
 
@@ -50,20 +51,9 @@ def global_norm(tree) -> float:
     return math.sqrt(sum(float(np.sum(np.square(leaf, dtype=np.float64))) for leaf in tree_leaves(tree)))
 
 
-def _check_state(opt_state, params) -> None:
-    if not (isinstance(opt_state, dict) and {"step", "mu", "nu"} <= set(opt_state)):
-        raise ValueError("opt_state must be the dict made by init_optimizer, with keys step, mu and nu; got "
-                         f"{sorted(opt_state) if isinstance(opt_state, dict) else type(opt_state).__name__}")
-    expected = {path: np.shape(leaf) for path, leaf in flatten(params).items()}
-    for name in ("mu", "nu"):
-        got = {path: np.shape(leaf) for path, leaf in flatten(opt_state[name]).items()}
-        if got != expected:
-            raise ValueError(f"opt_state[{name!r}] does not match the parameter tree (leaves or shapes differ)")
-
-
 def adamw_update(params, grads, opt_state, opt_cfg: OptimizerConfig):
     """One AdamW update from gradients: (new params, new state, grad norm before clipping, learning rate)."""
-    _check_state(opt_state, params)
+    check_optimizer_state(opt_state, params)
     step = int(opt_state["step"])
     norm = global_norm(grads)
     if opt_cfg.clip_norm is not None and norm >= opt_cfg.clip_norm:
