@@ -44,6 +44,42 @@ def category(name):
     return "element-wise (h(s), masks, casts)"
 
 
+def op_times(step, arrays, calls) -> collections.Counter:
+    """{XLA op name: ms per call} of `step(*arrays)` (already compiled), from a jax.profiler trace."""
+    with tempfile.TemporaryDirectory() as folder:
+        with jax.profiler.trace(folder, create_perfetto_trace=True):
+            for _ in range(calls):
+                jax.block_until_ready(step(*arrays))
+        trace = next(Path(folder).rglob("*.trace.json.gz"))
+        events = json.load(gzip.open(trace))["traceEvents"]
+    per_op = collections.Counter()
+    for event in events:
+        if event.get("ph") == "X" and not event["name"].startswith(SKIPPED) and "PjRt" not in event["name"]:
+            per_op[event["name"]] += event["dur"] / 1000 / calls  # ms per call
+    return per_op
+
+
+def summarise(per_op, categorise=None):
+    """(total ms, Counter {kind of op: ms}) of op_times' result."""
+    categorise = categorise or category
+    per_category = collections.Counter()
+    for name, milliseconds in per_op.items():
+        per_category[categorise(re.sub(r"\.\d+$", "", name))] += milliseconds
+    return sum(per_op.values()), per_category
+
+
+def print_tables(per_op, per_category, total, top):
+    print("| ops | ms | share |")
+    print("|---|---|---|")
+    for name, milliseconds in per_category.most_common():
+        print(f"| {name} | {milliseconds:.1f} | {100 * milliseconds / total:.0f}% |")
+    print()
+    print("| op | ms |")
+    print("|---|---|")
+    for name, milliseconds in per_op.most_common(top):
+        print(f"| {name} | {milliseconds:.2f} |")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--length", type=int, default=2048)
@@ -73,31 +109,11 @@ def main(argv=None):
     jax.block_until_ready(step(*arrays))
     if args.hlo:
         args.hlo.write_text(step.lower(*arrays).compile().as_text())
-    with tempfile.TemporaryDirectory() as folder:
-        with jax.profiler.trace(folder, create_perfetto_trace=True):
-            for _ in range(args.calls):
-                jax.block_until_ready(step(*arrays))
-        trace = next(Path(folder).rglob("*.trace.json.gz"))
-        events = json.load(gzip.open(trace))["traceEvents"]
-    per_op = collections.Counter()
-    for event in events:
-        if event.get("ph") == "X" and not event["name"].startswith(SKIPPED) and "PjRt" not in event["name"]:
-            per_op[event["name"]] += event["dur"] / 1000 / args.calls  # ms per call
-    total = sum(per_op.values())
-    per_category = collections.Counter()
-    for name, milliseconds in per_op.items():
-        per_category[category(re.sub(r"\.\d+$", "", name))] += milliseconds
+    per_op = op_times(step, arrays, args.calls)
+    total, per_category = summarise(per_op)
     print(f"# blocked {args.kind}, L={args.length}, batch 2, 4 heads, Dh 64, {args.dtype}, tiles {tiles or 'default'}")
     print(f"# XLA op time per forward + backward, summed over threads: {total:.1f} ms")
-    print("| ops | ms | share |")
-    print("|---|---|---|")
-    for name, milliseconds in per_category.most_common():
-        print(f"| {name} | {milliseconds:.1f} | {100 * milliseconds / total:.0f}% |")
-    print()
-    print("| op | ms |")
-    print("|---|---|")
-    for name, milliseconds in per_op.most_common(args.top):
-        print(f"| {name} | {milliseconds:.2f} |")
+    print_tables(per_op, per_category, total, args.top)
 
 
 if __name__ == "__main__":
