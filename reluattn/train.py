@@ -88,6 +88,10 @@ def train(config: TrainConfig, out, *, data=None, resume: bool = False, progress
         raise ValueError(f"{run_dir} already holds a run (checkpoint {list_checkpoints(run_dir)[-1].name}); pass "
                          f"--resume to continue it, or choose another --out")
 
+    if config.backend == "jax":
+        # Import the JAX backend (which sets up malloc for XLA, jax_backend/cpu_setup.py) before loading the
+        # data: decoding starts threads, and malloc settings made after that no longer reach every thread.
+        from . import jax_backend  # noqa: F401
     run_data = load_run_data(config, data, progress=progress)
     description = run_data.description
     resolved = config.resolve(description["num_train"], description["image_size"], description["channels"],

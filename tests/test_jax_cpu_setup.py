@@ -45,3 +45,23 @@ def test_opting_out_changes_nothing():
 def test_nothing_is_changed_once_a_jax_backend_exists():
     code = "import jax; jax.devices(); " + REPORT  # the backend starts before reluattn's is imported
     assert applied_in_fresh_process(code) == {}
+
+
+@glibc_linux
+def test_training_sets_up_malloc_before_loading_data(tmp_path):
+    # Decoding images starts threads; malloc settings made after that do not reach every thread, so the
+    # trainer must import the JAX backend first. Stop the run at the data loader and look.
+    code = (
+        "import json, reluattn.train as t\n"
+        "class Stop(Exception): pass\n"
+        "def loader(*args, **kwargs):\n"
+        "    import sys\n"
+        "    raise Stop(json.dumps(sys.modules['reluattn.jax_backend'].cpu_setup.applied\n"
+        "                          if 'reluattn.jax_backend' in sys.modules else {}))\n"
+        "t.load_run_data = loader\n"
+        "from reluattn.presets import PRESETS\n"
+        "try:\n"
+        f"    t.train(PRESETS['cpu-small'], {str(tmp_path / 'run')!r}, progress=False)\n"
+        "except Stop as stop:\n"
+        "    print(stop.args[0])\n")
+    assert applied_in_fresh_process(code)["MALLOC_MMAP_MAX_"] == 0
