@@ -183,7 +183,8 @@ PRESETS: dict[str, TrainConfig] = {
     #   Budget: 100 epochs at batch 256, bfloat16, AdamW 1e-3, 5-epoch warm-up then cosine, crop+flip,
     #           label smoothing 0.1.
     #   Command: python -m reluattn train --preset gpu-tiny --data PATH --out runs/gpu-tiny
-    #   Expected result and runtime: not measured yet (no GPU was lent to the sessions that wrote it).
+    #   Measured (docs/results.md; one NVIDIA H200, jax 0.11.2, shared JPEG CIFAR-10 copy, seed 0):
+    #     80.1% best validation accuracy (79.8% final), 277 s of training at 25,700 images/s.
     "gpu-tiny": TrainConfig(
         preset="gpu-tiny",
         model=ViTConfig(dim=192, depth=12, heads=3, mlp_dim=768, patch_size=4, pool="cls",
@@ -198,7 +199,8 @@ PRESETS: dict[str, TrainConfig] = {
     #   Budget: 300 epochs at batch 512, bfloat16, AdamW 1e-3, 10-epoch warm-up then cosine, crop+flip,
     #           mixup 0.8 / cutmix 1.0, label smoothing 0.1.
     #   Command: python -m reluattn train --preset gpu-long --data PATH --out runs/gpu-long
-    #   Target: >= 90% validation accuracy. Expected result and runtime: not measured yet (no GPU so far).
+    #   Target: >= 90% validation accuracy. Expected result and runtime: not measured yet
+    #   (estimated ~20 min on one H200 from gpu-tiny's measured speed).
     "gpu-long": TrainConfig(
         preset="gpu-long",
         model=ViTConfig(dim=384, depth=8, heads=6, mlp_dim=1152, patch_size=4, pool="cls",
@@ -215,7 +217,7 @@ PRESET_SUMMARIES = {
     "cpu-small": "ViT 128x6, 4 heads, patch 4, relu/L, bf16, 8 epochs, batch 128; 2-core CPU, <= 20 min, "
                  "target >= 65% CIFAR-10 val (measured: 69.3% in 16 min). The `make train` default.",
     "gpu-tiny": "ViT-Ti/4 (192x12, 3 heads, MLP 768), relu/L, bf16, 100 epochs, batch 256; one GPU "
-                "(result and runtime: not measured yet).",
+                "(measured: 80.1% val in 277 s on one H200).",
     "gpu-long": "ViT 384x8, 6 heads, MLP 1152, relu/L, bf16, 300 epochs, batch 512, mixup+cutmix; one GPU, "
                 "aimed at >= 90% CIFAR-10 (result and runtime: not measured yet).",
 }
