@@ -12,8 +12,10 @@ What is done, on Linux with glibc only, before any JAX backend exists (afterward
 their own malloc arenas and changing the settings would not reach them), and only for settings the user
 has not chosen through glibc's environment variables (MALLOC_ARENA_MAX, MALLOC_MMAP_MAX_,
 MALLOC_TRIM_THRESHOLD_, MALLOC_TOP_PAD_): one malloc arena shared by all threads, no mmap for large
-blocks, no returning of freed heap memory to the system, and heap growth in 64 MiB steps. The cost: memory freed by the process is kept for reuse
-rather than returned to the system, so its resident size stays at its peak.
+blocks, no returning of freed heap memory to the system, and heap growth in 64 MiB steps. The cost:
+memory freed by the process is kept for reuse rather than returned to the system, so its resident size
+stays at its peak. The trainer imports this backend before it loads data, since decoding images starts
+threads, and settings made after that do not reach every thread.
 """
 
 from __future__ import annotations
