@@ -10,9 +10,12 @@ and bfloat16 compute, relu/L and softmax. MFU = model FLOPs per second / the pea
 large bfloat16 matmul measured in the same process (and, for reference, the datasheet's dense bfloat16
 rate when the device name is known). float32 matmuls run at XLA's default precision on the GPU.
 
-Part 2, attention alone (batch 1, 8 heads, head width 64, bfloat16 inputs): forward + backward of relu/L
-through the JAX backend's dense and blocked paths, against `jax.nn.dot_product_attention` softmax with
-XLA's implementation and with cuDNN's (flash) kernel.
+Part 2, on a GPU: the Pallas kernel (jax_backend/pallas_attention.py) against the dense path in float32,
+every kind it supports (relative errors of the output and the three gradients).
+
+Part 3, attention alone (batch 1, 8 heads, head width 64, bfloat16 inputs): forward + backward of relu/L
+through the JAX backend's dense and blocked paths and (on a GPU) the Pallas kernel, against
+`jax.nn.dot_product_attention` softmax with XLA's implementation and with cuDNN's (flash) kernel.
 
 Each row: warm-up calls, then the median of --repeats timed calls (each waits for its result).
 """
@@ -20,6 +23,7 @@ Each row: warm-up calls, then the median of --repeats timed calls (each waits fo
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
 
@@ -103,6 +107,11 @@ def attention_rows(args, peak):
                 q, k, v, implementation="xla"),
         }
         if cudnn_ok:
+            from reluattn.jax_backend.pallas_attention import pallas_attention
+            for block_q, block_k in args.pallas_blocks:
+                ops[f"relu/L Pallas {block_q}x{block_k} (this package)"] = functools.partial(
+                    lambda q, k, v, bq, bk: pallas_attention(q, k, v, relu, block_q=bq, block_k=bk),
+                    bq=block_q, bk=block_k)
             ops["softmax jax.nn.dot_product_attention (cudnn)"] = lambda q, k, v: jax.nn.dot_product_attention(
                 q, k, v, implementation="cudnn")
         flops = 12 * batch * heads * length ** 2 * head_dim
@@ -119,14 +128,38 @@ def attention_rows(args, peak):
             print(f"| {length} | {name} | {seconds * 1e3:.2f} | {flops / seconds / 1e12:.1f} |", flush=True)
 
 
+def pallas_check(args):
+    """The Pallas kernel against the dense path computed in float32 from the same bfloat16 inputs:
+    relative error of the output and of each input gradient, per kind."""
+    from reluattn.jax_backend.pallas_attention import KINDS, pallas_attention
+    jb = ra.backend("jax")
+    print("\n## Pallas kernel vs dense float32 reference (bfloat16 inputs, L=1024, batch 2, 4 heads, Dh 64)\n")
+    print("| kind | out | dq | dk | dv |")
+    print("|---|---|---|---|---|")
+    keys = jax.random.split(jax.random.key(1), 4)
+    q, k, v, g = (jax.random.normal(key, (2, 1024, 4, 64), jnp.bfloat16) for key in keys)
+    for kind in KINDS:
+        cfg = ra.AttentionConfig(kind=kind, alpha=1.0)
+        block_q, block_k = args.pallas_blocks[0]
+        fast = jax.vjp(lambda q, k, v: pallas_attention(q, k, v, cfg, block_q=block_q, block_k=block_k), q, k, v)
+        exact = jax.vjp(lambda q, k, v: jb.attention(q, k, v, cfg, impl="dense"),
+                        *(x.astype(jnp.float32) for x in (q, k, v)))
+        pairs = [(fast[0], exact[0])] + list(zip(fast[1](g), exact[1](g.astype(jnp.float32))))
+        errors = [float(jnp.linalg.norm(a.astype(jnp.float32) - b) / jnp.linalg.norm(b)) for a, b in pairs]
+        print(f"| {kind} | " + " | ".join(f"{e:.1e}" for e in errors) + " |", flush=True)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, nargs="+", default=[128, 1024])
     parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 4096, 16384])
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--quick", action="store_true", help="tiny sizes, to see it run anywhere")
-    parser.add_argument("--skip", nargs="*", default=[], choices=["train_step", "attention"])
+    parser.add_argument("--skip", nargs="*", default=[], choices=["train_step", "attention", "pallas_check"])
+    parser.add_argument("--pallas-blocks", nargs="+", default=["64x64", "128x64"],
+                        help="query x key tile sizes of the Pallas kernel to time (the first is checked)")
     args = parser.parse_args(argv)
+    args.pallas_blocks = [tuple(int(n) for n in text.split("x")) for text in args.pallas_blocks]
     if args.quick:
         args.batches, args.lengths, args.repeats = [8], [128], 2
     device = jax.devices()[0]
@@ -136,6 +169,8 @@ def main(argv=None):
           f"matmul peak {peak:.0f} TFLOP/s" + (f" (datasheet dense bfloat16 {datasheet:.0f})" if datasheet else ""))
     if "train_step" not in args.skip:
         train_step_rows(args, peak)
+    if "pallas_check" not in args.skip and jax.default_backend() == "gpu":
+        pallas_check(args)
     if "attention" not in args.skip:
         attention_rows(args, peak)
 
