@@ -16,7 +16,8 @@ it themselves), `forward` / `loss_and_logits` (un-jitted pure functions), and th
 Files: matmul.py (every matmul: precision and memory layout), layers.py (dense, LayerNorm, GELU, MLP),
 cpu_setup.py (process settings for XLA:CPU), attention.py (weight kinds, dense and blocked attention,
 causal masks), blocked_attention.py (the tiled custom_vjp behind impl="blocked"), model.py (the ViT, loss,
-jitted entry points), train.py (optax AdamW, train step), sharding.py (data parallel over devices and hosts).
+jitted entry points), train.py (optax AdamW, train step), sharding.py (data parallel over devices and hosts);
+optional, imported by nothing else: pallas_attention.py (a fused GPU kernel for the point-wise kinds).
 """
 
 from . import cpu_setup
