@@ -168,7 +168,8 @@ PRESETS: dict[str, TrainConfig] = {
     #   Command: make train   (= python -m reluattn train --preset cpu-small, data from RELUATTN_DATA)
     #   Target: >= 65% validation accuracy on CIFAR-10.
     #   Measured (docs/results.md; 2-core Xeon with AMX, KVM, jax 0.10.2, shared JPEG CIFAR-10 copy, seed 0):
-    #     69.3% validation accuracy, 16 min 15 s wall time (386 images/s); softmax under the same budget 65.7%.
+    #     69.3% validation accuracy, 14 min 10 s wall time for `make train` in a fresh clone (440 images/s);
+    #     softmax under the same budget 65.7%.
     "cpu-small": TrainConfig(
         preset="cpu-small",
         model=ViTConfig(dim=128, depth=6, heads=4, mlp_dim=256, patch_size=4, pool="cls",
@@ -215,7 +216,7 @@ PRESETS: dict[str, TrainConfig] = {
 # One line per preset for `reluattn train --help` (the comments above hold the details).
 PRESET_SUMMARIES = {
     "cpu-small": "ViT 128x6, 4 heads, patch 4, relu/L, bf16, 8 epochs, batch 128; 2-core CPU, <= 20 min, "
-                 "target >= 65% CIFAR-10 val (measured: 69.3% in 16 min). The `make train` default.",
+                 "target >= 65% CIFAR-10 val (measured: 69.3% in 14 min). The `make train` default.",
     "gpu-tiny": "ViT-Ti/4 (192x12, 3 heads, MLP 768), relu/L, bf16, 100 epochs, batch 256; one GPU "
                 "(measured: 80.1% val in 277 s on one H200).",
     "gpu-long": "ViT 384x8, 6 heads, MLP 1152, relu/L, bf16, 300 epochs, batch 512, mixup+cutmix; one GPU, "
