@@ -108,10 +108,12 @@ def attention_rows(args, peak):
         }
         if cudnn_ok:
             from reluattn.jax_backend.pallas_attention import pallas_attention
-            for block_q, block_k in args.pallas_blocks:
-                ops[f"relu/L Pallas {block_q}x{block_k} (this package)"] = functools.partial(
-                    lambda q, k, v, bq, bk: pallas_attention(q, k, v, relu, block_q=bq, block_k=bk),
-                    bq=block_q, bk=block_k)
+            for block_q, block_k, *launch in args.pallas_blocks:
+                tuning = dict(zip(("num_warps", "num_stages"), launch))
+                label = f"{block_q}x{block_k}" + ("".join(f", {k} {v}" for k, v in tuning.items()))
+                ops[f"relu/L Pallas {label} (this package)"] = functools.partial(
+                    lambda q, k, v, bq, bk, tuning: pallas_attention(q, k, v, relu, block_q=bq, block_k=bk, **tuning),
+                    bq=block_q, bk=block_k, tuning=tuning)
             ops["softmax jax.nn.dot_product_attention (cudnn)"] = lambda q, k, v: jax.nn.dot_product_attention(
                 q, k, v, implementation="cudnn")
         flops = 12 * batch * heads * length ** 2 * head_dim
@@ -140,7 +142,7 @@ def pallas_check(args):
     q, k, v, g = (jax.random.normal(key, (2, 1024, 4, 64), jnp.bfloat16) for key in keys)
     for kind in KINDS:
         cfg = ra.AttentionConfig(kind=kind, alpha=1.0)
-        block_q, block_k = args.pallas_blocks[0]
+        block_q, block_k = args.pallas_blocks[0][:2]
         fast = jax.vjp(lambda q, k, v: pallas_attention(q, k, v, cfg, block_q=block_q, block_k=block_k), q, k, v)
         exact = jax.vjp(lambda q, k, v: jb.attention(q, k, v, cfg, impl="dense"),
                         *(x.astype(jnp.float32) for x in (q, k, v)))
@@ -157,7 +159,7 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="tiny sizes, to see it run anywhere")
     parser.add_argument("--skip", nargs="*", default=[], choices=["train_step", "attention", "pallas_check"])
     parser.add_argument("--pallas-blocks", nargs="+", default=["64x64", "128x64"],
-                        help="query x key tile sizes of the Pallas kernel to time (the first is checked)")
+                        help="Pallas kernel launches to time, QxK or QxKxWARPSxSTAGES (the first is checked)")
     args = parser.parse_args(argv)
     args.pallas_blocks = [tuple(int(n) for n in text.split("x")) for text in args.pallas_blocks]
     if args.quick:
