@@ -112,8 +112,7 @@ def attention_rows(args, peak):
                 tuning = dict(zip(("num_warps", "num_stages"), launch))
                 label = f"{block_q}x{block_k}" + ("".join(f", {k} {v}" for k, v in tuning.items()))
                 ops[f"relu/L Pallas {label} (this package)"] = functools.partial(
-                    lambda q, k, v, bq, bk, tuning: pallas_attention(q, k, v, relu, block_q=bq, block_k=bk, **tuning),
-                    bq=block_q, bk=block_k, tuning=tuning)
+                    pallas_attention, attn_cfg=relu, block_q=block_q, block_k=block_k, **tuning)
             ops["softmax jax.nn.dot_product_attention (cudnn)"] = lambda q, k, v: jax.nn.dot_product_attention(
                 q, k, v, implementation="cudnn")
         flops = 12 * batch * heads * length ** 2 * head_dim
