@@ -44,18 +44,25 @@ def category(name):
     return "element-wise (h(s), masks, casts)"
 
 
-def op_times(step, arrays, calls) -> collections.Counter:
-    """{XLA op name: ms per call} of `step(*arrays)` (already compiled), from a jax.profiler trace."""
+def trace_events(step, arrays, calls) -> list[dict]:
+    """The XLA op events ({"name", "ts", "dur", "tid"}, microseconds) of `step(*arrays)` (already compiled)
+    called `calls` times, from a jax.profiler trace."""
     with tempfile.TemporaryDirectory() as folder:
         with jax.profiler.trace(folder, create_perfetto_trace=True):
             for _ in range(calls):
                 jax.block_until_ready(step(*arrays))
         trace = next(Path(folder).rglob("*.trace.json.gz"))
         events = json.load(gzip.open(trace))["traceEvents"]
+    return [event for event in events
+            if event.get("ph") == "X" and not event["name"].startswith(SKIPPED) and "PjRt" not in event["name"]]
+
+
+def op_times(step, arrays, calls, events=None) -> collections.Counter:
+    """{XLA op name: ms per call} of `step(*arrays)` (already compiled), from a jax.profiler trace (or from
+    `events`, trace_events' result for the same number of calls)."""
     per_op = collections.Counter()
-    for event in events:
-        if event.get("ph") == "X" and not event["name"].startswith(SKIPPED) and "PjRt" not in event["name"]:
-            per_op[event["name"]] += event["dur"] / 1000 / calls  # ms per call
+    for event in trace_events(step, arrays, calls) if events is None else events:
+        per_op[event["name"]] += event["dur"] / 1000 / calls  # ms per call
     return per_op
 
 
