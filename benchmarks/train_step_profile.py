@@ -67,15 +67,16 @@ def fused_ops(hlo_text) -> dict:
 
 
 class Matmul(collections.namedtuple("Matmul", "flops label batched lhs rhs dimensions dtype")):
-    """One YNNPACK matmul fusion: its FLOPs, a readable shape label, and what it takes to rebuild it alone."""
+    """One matmul fusion: its FLOPs, a readable shape label, and what it takes to rebuild it alone."""
 
 
 def ynn_matmuls(hlo_text) -> dict:
-    """{fusion name: Matmul} for the YNNPACK fusions of an optimised HLO text whose computation is a dot."""
+    """{fusion name: Matmul} for the library fusions (YNNPACK, or oneDNN when XLA_FLAGS ask for it) of an
+    optimised HLO text whose computation is a dot."""
     matmuls = {}
     for name, body, rest in fusions(hlo_text):
         dot = re.search(r"= \w+\[([\d,]*)\]\S* dot\(%([\w.]+), %([\w.]+)\), (.*)", body)
-        if "__ynn_fusion" not in rest or not dot:
+        if not ("__ynn_fusion" in rest or "__onednn_fusion" in rest) or not dot:
             continue
         parameters = dict(re.findall(r"%([\w.]+) = (\w+\[[\d,]*\])\S* parameter", body))
         dtype, lhs = _shape(parameters[dot[2]])
@@ -220,7 +221,7 @@ def main(argv=None):
           f"{flops / wall / 1e6:.0f} GFLOP/s of model FLOPs ({cfg.flops_per_image() / 1e9:.3f} GFLOP/image)")
     print("# traced time per step with " + ", ".join(f"{count} XLA ops running: {ms:.1f} ms"
                                                       for count, ms in running.items()))
-    print(f"# XLA op time per step, summed over threads: {total:.1f} ms; in YNNPACK matmuls {matmul_ms:.1f} ms "
+    print(f"# XLA op time per step, summed over threads: {total:.1f} ms; in library matmuls {matmul_ms:.1f} ms "
           f"(= {flops / matmul_ms / 1e6 if matmul_ms else float('nan'):.0f} GFLOP/s of model FLOPs per second "
           f"of matmul op time)")
     print(f"# lone 1024^3 matmul: XLA {xla_peak:.0f} GFLOP/s" +

@@ -1,0 +1,53 @@
+"""How far `compute_dtype=jnp.bfloat16` is from float32: the worst and typical errors over drawn models.
+
+    PYTHONPATH=.:tests python benchmarks/bfloat16_error.py [--examples 200] [--seed 0]
+
+Draws --examples models from the family that tests/test_jax_model.py checks the bfloat16 path on (every
+SPEC option, head width 8 or 16, dense attention, random parameters, batch 4; tests/jax_testing.py), runs
+each in float32 and with bfloat16 matmuls, and prints the worst and median of the three errors that test
+bounds: logits (relative to the largest logit), the loss (relative), and all gradient leaves as one
+vector (norm-wise relative error, with its cosine). The results are in docs/jax_backend.md and beside the
+test's tolerances.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import jax
+import numpy as np
+from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import strategies as st
+
+from jax_testing import bfloat16_against_float32, vit_configs
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--examples", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=0, help="hypothesis seed, for a repeatable draw")
+    args = parser.parse_args(argv)
+    seen = []
+
+    @seed(args.seed)
+    @settings(max_examples=args.examples, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(cfg=vit_configs(head_dims=(8, 16), impls=("dense",)), data_seed=st.integers(0, 2**16))
+    def measure(cfg, data_seed):
+        errors = bfloat16_against_float32(cfg, data_seed)[1]
+        jax.clear_caches()  # every example compiles four programs; kept, they exhaust the process's memory maps
+        seen.append([errors[name] for name in ("logits", "loss", "gradients", "gradient cosine")])
+
+    measure()
+    table = np.array(seen)
+    print(f"# {len(seen)} drawn models (head width 8 or 16, dense attention, batch 4), bfloat16 matmuls vs float32")
+    print("| error | worst | median |")
+    print("|---|---|---|")
+    for column, name in enumerate(["logits (relative to the largest logit)", "loss (relative)",
+                                   "gradients, norm-wise relative"]):
+        print(f"| {name} | {table[:, column].max():.2e} | {np.median(table[:, column]):.2e} |")
+    print(f"| gradient cosine | {table[:, 3].min():.4f} (lowest) | {np.median(table[:, 3]):.4f} |")
+
+
+if __name__ == "__main__":
+    main()
