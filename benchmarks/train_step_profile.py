@@ -8,7 +8,7 @@ attention_profile.py. Prints the wall time per step; how much of it one, two or 
 (XLA:CPU runs independent ops side by side on its threads); the XLA op time per step by kind of op; every
 matmul shape of the step with its GFLOP/s inside the step and alone (the same dot_general, jitted by
 itself: --no-lone skips that); the most expensive ops; and a lone large matmul through XLA (and through
-PyTorch when it is installed) in the same process. Which YNNPACK fusions are matmuls, and their shapes,
+PyTorch when it is installed) in the same process. Which library fusions are matmuls, and their shapes,
 comes from the optimised HLO (YNNPACK also runs row reductions: LayerNorm statistics, bias gradients).
 `--hlo FILE` writes that HLO, to match op names up.
 """
@@ -37,7 +37,7 @@ MOVING_DATA = {"parameter", "constant", "bitcast", "copy", "transpose", "broadca
 
 
 def category(name, matmuls, fusion_ops):
-    """The kind of an XLA op; `matmuls` is ynn_matmuls' result for the step's HLO, `fusion_ops` fused_ops'."""
+    """The kind of an XLA op; `matmuls` is library_matmuls' result for the step's HLO, `fusion_ops` fused_ops'."""
     if name in matmuls:
         return ("matmuls, batched per image and head (attention scores, weights x values)" if matmuls[name].batched
                 else "matmuls of the dense layers (qkv, projection, MLP, patches, head)")
@@ -70,7 +70,7 @@ class Matmul(collections.namedtuple("Matmul", "flops label batched lhs rhs dimen
     """One matmul fusion: its FLOPs, a readable shape label, and what it takes to rebuild it alone."""
 
 
-def ynn_matmuls(hlo_text) -> dict:
+def library_matmuls(hlo_text) -> dict:
     """{fusion name: Matmul} for the library fusions (YNNPACK, or oneDNN when XLA_FLAGS ask for it) of an
     optimised HLO text whose computation is a dot."""
     matmuls = {}
@@ -98,18 +98,23 @@ def _shape(text):
     return dtype, tuple(int(d) for d in dims.split(",") if d)
 
 
+def best_seconds(call, calls) -> float:
+    """The fastest of `calls` timed calls of `call()`, after one untimed warm-up call."""
+    call()
+    best = float("inf")
+    for _ in range(calls):
+        start = time.perf_counter()
+        call()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
 def lone_gflops(matmul: Matmul, calls=10) -> float:
     """GFLOP/s of the same dot_general jitted alone (float32 result, as in the step), best of `calls`."""
     dtype = {"bf16": jnp.bfloat16, "f32": jnp.float32, "f64": jnp.float64}[matmul.dtype]
     lhs, rhs = jnp.ones(matmul.lhs, dtype), jnp.ones(matmul.rhs, dtype)
     product = jax.jit(lambda a, b: jax.lax.dot_general(a, b, matmul.dimensions, preferred_element_type=jnp.float32))
-    jax.block_until_ready(product(lhs, rhs))
-    best = float("inf")
-    for _ in range(calls):
-        start = time.perf_counter()
-        jax.block_until_ready(product(lhs, rhs))
-        best = min(best, time.perf_counter() - start)
-    return matmul.flops / best / 1e9
+    return matmul.flops / best_seconds(lambda: jax.block_until_ready(product(lhs, rhs)), calls) / 1e9
 
 
 def lone_torch_gflops(matmul: Matmul, calls=10):
@@ -132,13 +137,7 @@ def lone_torch_gflops(matmul: Matmul, calls=10):
     dtype = {"bf16": torch.bfloat16, "f32": torch.float32, "f64": torch.float64}[matmul.dtype]
     torch.set_num_threads(2)
     lhs, rhs = torch.ones(matmul.lhs, dtype=dtype), torch.ones(matmul.rhs, dtype=dtype)
-    torch.einsum(equation, lhs, rhs)
-    best = float("inf")
-    for _ in range(calls):
-        start = time.perf_counter()
-        torch.einsum(equation, lhs, rhs)
-        best = min(best, time.perf_counter() - start)
-    return matmul.flops / best / 1e9
+    return matmul.flops / best_seconds(lambda: torch.einsum(equation, lhs, rhs), calls) / 1e9
 
 
 def concurrency(events, calls) -> dict:
@@ -200,7 +199,7 @@ def main(argv=None):
     hlo_text = step.lower(*arrays).compile().as_text()
     if args.hlo:
         args.hlo.write_text(hlo_text)
-    matmuls, fusion_ops = ynn_matmuls(hlo_text), fused_ops(hlo_text)
+    matmuls, fusion_ops = library_matmuls(hlo_text), fused_ops(hlo_text)
     start = time.perf_counter()
     for _ in range(args.calls):
         jax.block_until_ready(step(*arrays))
