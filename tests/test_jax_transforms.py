@@ -12,9 +12,11 @@ from reluattn.config import AttentionConfig, ViTConfig
 
 jb = ra.backend("jax")
 
+# Small, so that each transform compiles quickly; qk-norm and the gate put every layer on the path.
 TINY = ViTConfig(image_size=4, patch_size=2, channels=1, num_classes=3, dim=4, depth=1, heads=2, mlp_dim=6,
                  attention=AttentionConfig(kind="relu", qk_norm=True, gated=True))
-SMALL = ViTConfig(image_size=8, patch_size=4, channels=3, num_classes=4, dim=8, depth=2, heads=2, mlp_dim=12)
+SMALL = ViTConfig(image_size=4, patch_size=2, channels=3, num_classes=4, dim=8, depth=1, heads=2, mlp_dim=8,
+                  attention=AttentionConfig(kind="softmax", qk_norm=True, gated=True))
 # float32: central differences in float32 are good to ~1e-3 at this step; float64 to ~1e-7.
 TOLERANCE = {"float32": 2e-2, "float64": 1e-6}
 STEP = {"float32": 1e-2, "float64": 1e-5}

@@ -15,7 +15,7 @@ Every layer is a pair `out, cache = name_forward(...)` / `dx, grads = name_backw
 is a NamedTuple of arrays (or of smaller caches), and every backward says the order of what it returns.
 
 NumPy <-> JAX, file for file (numpy_backend/X.py beside jax_backend/X.py). A NumPy layer is a pair
-`name_forward` / `name_backward`; its JAX twin is one function `name` whose backward is jax.grad's.
+`name_forward` / `name_backward`; its JAX twin is one function `name` whose backward is jax.grad's::
 
     file                  NumPy                                            JAX
     layers.py             dense_forward / dense_backward                   dense
