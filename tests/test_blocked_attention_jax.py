@@ -14,7 +14,7 @@ import reluattn.jax_backend as jb
 import reluattn.numpy_backend as nb
 from reluattn.config import ATTENTION_KINDS, AttentionConfig, ViTConfig
 from reluattn.jax_backend.long_sequences import blocked_attention
-from reluattn.numpy_backend.long_sequences import causal_attention_backward, causal_attention_forward
+from reluattn.numpy_backend.long_sequences import causal_attention_weights_backward, causal_attention_weights_forward
 from reluattn.numpy_backend.multihead_attention import heads_attention_backward, heads_attention_forward
 from reluattn.params import flatten, init_params
 
@@ -28,8 +28,10 @@ def numpy_dense(q, k, v, dout, attn_cfg, causal, causal_length):
     """The NumPy dense core and its hand-written backward, in the tokens-first layout."""
     heads_first = [x.transpose(0, 2, 1, 3) for x in (q, k, v, dout)]
     if causal:
-        out, _, cache = causal_attention_forward(*heads_first[:3], attn_cfg, causal_length)
-        grads = causal_attention_backward(heads_first[3], cache, attn_cfg)
+        def weights_forward(scores, attn_cfg):
+            return causal_attention_weights_forward(scores, attn_cfg, causal_length)
+        out, _, cache = heads_attention_forward(*heads_first[:3], attn_cfg, weights_forward)
+        grads = heads_attention_backward(heads_first[3], cache, attn_cfg, causal_attention_weights_backward)
     else:
         out, _, cache = heads_attention_forward(*heads_first[:3], attn_cfg)
         grads = heads_attention_backward(heads_first[3], cache, attn_cfg)

@@ -8,12 +8,23 @@ from hypothesis import strategies as st
 from gradcheck import check_layer
 from reluattn.config import ATTENTION_KINDS, AttentionConfig, ViTConfig
 from reluattn.numpy_backend import apply, loss_and_grad
-from reluattn.numpy_backend.long_sequences import (blocked_attention_forward, causal_attention_backward,
-                                                   causal_attention_forward)
-from reluattn.numpy_backend.multihead_attention import attention
+from reluattn.numpy_backend.long_sequences import (blocked_attention_forward, causal_attention_weights_backward,
+                                                   causal_attention_weights_forward)
+from reluattn.numpy_backend.multihead_attention import attention, heads_attention_backward, heads_attention_forward
 from reluattn.params import flatten, init_params
 
 POINT_WISE_KINDS = [kind for kind in ATTENTION_KINDS if kind != "softmax"]
+
+
+def causal_attention_forward(q, k, v, attn_cfg, causal_length):
+    """The dense core with causal weights."""
+    def weights_forward(scores, attn_cfg):
+        return causal_attention_weights_forward(scores, attn_cfg, causal_length)
+    return heads_attention_forward(q, k, v, attn_cfg, weights_forward)
+
+
+def causal_attention_backward(dout, cache, attn_cfg):
+    return heads_attention_backward(dout, cache, attn_cfg, causal_attention_weights_backward)
 
 
 def qkv(seed, batch, length, heads, head_dim, spread=1.5, dtype=np.float64):
@@ -106,7 +117,7 @@ def test_causal_weights_hide_the_future_and_rows_use_their_own_length():
     q, k, v = qkv(5, 1, 6, 1, 2)
     heads_first = [x.transpose(0, 2, 1, 3) for x in (q, k, v)]
     _, weights, _ = causal_attention_forward(*heads_first, AttentionConfig(kind="identity", alpha=1.0),
-                                             causal_length="per_query")
+                                             "per_query")
     scores = heads_first[0] @ heads_first[1].swapaxes(-1, -2) / np.sqrt(2.0)  # (1, 1, 6, 6)
     expected = np.tril(scores) / np.arange(1, 7)[:, None]  # row i divided by its i + 1 visible keys
     np.testing.assert_allclose(weights, expected, rtol=1e-13, atol=1e-15)

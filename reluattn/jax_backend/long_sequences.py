@@ -2,7 +2,8 @@
 the T x L weights (shapes: B batch, T queries, L keys, H heads, Dh head width; tokens-first q, k, v
 (B, T, H, Dh) and (B, L, H, Dh), like the rest of this backend).
 
-`multihead_attention.attention(..., causal=, impl="blocked")` calls in here, and the ViT does when
+`multihead_attention.attention(..., causal=, impl="blocked")` calls in here (the causal weights go into
+its dense core, heads_attention, through its weights_function argument), and the ViT does when
 AttentionConfig.impl == "blocked".
 
 Causal attention: query i reads keys j <= i only, and its L is its own i + 1 visible keys
@@ -16,13 +17,11 @@ fast/blocked_attention.py (a custom_vjp: reverse-mode autodiff only). Choosing i
 
 from __future__ import annotations
 
-import math
-
 import jax.numpy as jnp
 
 from .attention_weights import length_factor, pointwise
 from .fast.blocked_attention import blocked_attention as tiled_blocked_attention
-from .layers import matmul, softmax
+from .layers import softmax
 
 DEFAULT_BLOCK_SIZE = 1024  # keys per block when neither the call nor AttentionConfig.block_size gives one
 
@@ -44,14 +43,6 @@ def causal_attention_weights(scores, attn_cfg, causal_length="per_query"):
         return softmax(jnp.where(visible, scores, -jnp.inf))  # (..., T, L); e^-inf = 0
     weights = length_factor(attn_cfg, counts) * pointwise(attn_cfg.kind, scores, counts)  # (..., T, L)
     return jnp.where(visible, weights, 0.0)
-
-
-def causal_attention(q, k, v, attn_cfg, causal_length="per_query", compute_dtype=None, fast=False):
-    """The dense core with a causal mask: (out (B, T, H, Dh), weights (B, H, T, L))."""
-    q = q * (1.0 / math.sqrt(q.shape[-1]))  # scale the smaller tensor, not the T x L scores
-    scores = matmul("bqhd,bkhd->bhqk", q, k, compute_dtype, fast)  # (B, H, T, L)
-    weights = causal_attention_weights(scores, attn_cfg, causal_length)  # (B, H, T, L)
-    return matmul("bhqk,bkhd->bqhd", weights, v, compute_dtype, fast), weights  # (B, T, H, Dh)
 
 
 # --------------------------------------------------------------------------------------------- blocked

@@ -25,16 +25,17 @@ import jax.numpy as jnp
 from ..checks import check_attention_options, check_attention_shapes
 from .attention_weights import attention_weights
 from .layers import canonical_compute_dtype, dense, layernorm, matmul, silu
-from .long_sequences import blocked_attention, causal_attention
+from .long_sequences import blocked_attention, causal_attention_weights
 
 
 # --------------------------------------------------------------------- the core, tokens-first (B, T, H, Dh)
 
-def heads_attention(q, k, v, attn_cfg, compute_dtype=None, fast=False):
-    """Core attention: q (B, T, H, Dh), k and v (B, L, H, Dh) -> (out (B, T, H, Dh), weights (B, H, T, L))."""
+def heads_attention(q, k, v, attn_cfg, compute_dtype=None, fast=False, weights_function=attention_weights):
+    """Core attention: q (B, T, H, Dh), k and v (B, L, H, Dh) -> (out (B, T, H, Dh), weights (B, H, T, L)).
+    weights_function(scores, attn_cfg) -> weights: the ViT's; long_sequences.py has the causal one."""
     q = q * (1.0 / math.sqrt(q.shape[-1]))  # scale the smaller tensor, not the T x L scores
     scores = matmul("bqhd,bkhd->bhqk", q, k, compute_dtype, fast)  # (B, H, T, L)
-    weights = attention_weights(scores, attn_cfg)  # (B, H, T, L)
+    weights = weights_function(scores, attn_cfg)  # (B, H, T, L)
     return matmul("bhqk,bkhd->bqhd", weights, v, compute_dtype, fast), weights  # (B, T, H, Dh)
 
 
@@ -44,9 +45,10 @@ def core_attention(q, k, v, attn_cfg, compute_dtype=None, fast=False, return_wei
     impl="blocked" the weights are only computed (densely, for plots and tests) when asked for."""
     impl = attn_cfg.impl if impl is None else impl
     if impl == "dense":
-        attend = causal_attention if causal else heads_attention
-        options = dict(causal_length=causal_length) if causal else {}
-        out, weights = attend(q, k, v, attn_cfg, compute_dtype=compute_dtype, fast=fast, **options)
+        def causal_weights(scores, attn_cfg):
+            return causal_attention_weights(scores, attn_cfg, causal_length)
+        out, weights = heads_attention(q, k, v, attn_cfg, compute_dtype, fast,
+                                       causal_weights if causal else attention_weights)
         return out, (weights if return_weights else None)
     out = blocked_attention(q, k, v, attn_cfg, block_size=block_size, causal=causal, causal_length=causal_length,
                             compute_dtype=compute_dtype)

@@ -26,6 +26,7 @@ NumPy <-> JAX, file for file (numpy_backend/X.py beside jax_backend/X.py). A Num
     attention_weights.py  POINTWISE (h and h'), pointwise, length_factor   POINTWISE (h), pointwise, length_factor
                           attention_weights_forward / _backward            attention_weights
     multihead_attention.py heads_attention_forward / _backward             heads_attention
+                          (weights_forward / _backward arguments)          (weights_function argument)
                           self_attention_forward / _backward               self_attention
                           attention                                        attention
     mlp.py                mlp_forward / mlp_backward                       mlp
@@ -39,7 +40,6 @@ NumPy <-> JAX, file for file (numpy_backend/X.py beside jax_backend/X.py). A Num
     long_sequences.py     DEFAULT_BLOCK_SIZE (128 keys)                    DEFAULT_BLOCK_SIZE (1024 keys)
                           causal_visible_keys                              causal_visible_keys
                           causal_attention_weights_forward / _backward     causal_attention_weights
-                          causal_attention_forward / _backward             causal_attention
                           blocked_attention_forward                        blocked_attention
     sharding.py           -                                                data parallel (JAX only: NumPy has one CPU)
 

@@ -1,7 +1,8 @@
 """Attention for long sequences, off the ViT path: causal masks, and blocked (online-softmax) attention
 (shapes: legend in __init__.py; `block` is the number of keys per block). Heads-first arrays throughout:
 q (B, H, T, Dh), k and v (B, H, L, Dh). `multihead_attention.attention(..., causal=, impl="blocked")`
-calls in here; the ViT never does.
+calls in here (the causal weights go into its dense core, heads_attention_forward / _backward, through
+their weights_forward / weights_backward arguments); the ViT never does.
 
 Causal attention: query i reads keys j <= i only, and its L is its own i + 1 visible keys
 (causal_length="per_query", ReLUFormer's choice) or all L ("global"). Hidden keys get weight 0; softmax
@@ -71,33 +72,6 @@ def causal_attention_weights_backward(dweights, cache, attn_cfg):
     # Differentiates weights = scale * n_i^-alpha * h(scores) * visible.
     derivative = pointwise_derivative(attn_cfg.kind, scores, counts)  # (..., T, L)
     return dweights * length_factor(attn_cfg, counts) * derivative * visible  # (..., T, L)
-
-
-class CausalAttentionCache(NamedTuple):
-    q: np.ndarray  # (B, H, T, Dh)
-    k: np.ndarray  # (B, H, L, Dh)
-    v: np.ndarray  # (B, H, L, Dh)
-    weights: np.ndarray  # (B, H, T, L)
-    weights_cache: CausalWeightsCache
-
-
-def causal_attention_forward(q, k, v, attn_cfg, causal_length="per_query"):
-    """The dense core with a causal mask: returns (out (B, H, T, Dh), weights (B, H, T, L), cache)."""
-    scores = (q @ k.swapaxes(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))  # (B, H, T, L)
-    weights, weights_cache = causal_attention_weights_forward(scores, attn_cfg, causal_length)  # (B, H, T, L)
-    return weights @ v, weights, CausalAttentionCache(q, k, v, weights, weights_cache)  # (B, H, T, Dh)
-
-
-def causal_attention_backward(dout, cache, attn_cfg):
-    """Returns (dq (B, H, T, Dh), dk (B, H, L, Dh), dv (B, H, L, Dh))."""
-    q, k, v, weights, weights_cache = cache
-    inv_sqrt_dh = 1.0 / math.sqrt(q.shape[-1])
-    # Differentiates out = weights @ v.
-    dweights = dout @ v.swapaxes(-1, -2)  # (B, H, T, L)
-    dv = weights.swapaxes(-1, -2) @ dout  # (B, H, L, Dh)
-    # Differentiates the causal weights, then scores = q @ k^T / sqrt(Dh).
-    dscores = causal_attention_weights_backward(dweights, weights_cache, attn_cfg)  # (B, H, T, L)
-    return (dscores @ k) * inv_sqrt_dh, (dscores.swapaxes(-1, -2) @ q) * inv_sqrt_dh, dv
 
 
 # --------------------------------------------------------------------------------------------- blocked

@@ -26,7 +26,7 @@ from ..checks import check_attention_options, check_attention_shapes
 from .attention_weights import AttentionWeightsCache, attention_weights_backward, attention_weights_forward
 from .layers import (DenseCache, LayerNormCache, SiluCache, dense_backward, dense_forward, layernorm_backward,
                      layernorm_forward, silu_backward, silu_forward)
-from .long_sequences import DEFAULT_BLOCK_SIZE, blocked_attention_forward, causal_attention_forward
+from .long_sequences import DEFAULT_BLOCK_SIZE, blocked_attention_forward, causal_attention_weights_forward
 
 
 # ------------------------------------------------------------------ the core, heads-first (B, H, T, Dh)
@@ -36,27 +36,29 @@ class AttentionCoreCache(NamedTuple):
     k: np.ndarray        # (B, H, L, Dh)
     v: np.ndarray        # (B, H, L, Dh)
     weights: np.ndarray  # (B, H, T, L)
-    weights_cache: AttentionWeightsCache
+    weights_cache: AttentionWeightsCache  # (or long_sequences.CausalWeightsCache)
 
 
-def heads_attention_forward(q, k, v, attn_cfg):
+def heads_attention_forward(q, k, v, attn_cfg, weights_forward=attention_weights_forward):
     """Core attention on heads-first arrays: q (B, H, T, Dh), k and v (B, H, L, Dh).
-    Returns (out (B, H, T, Dh), weights (B, H, T, L), cache)."""
+    Returns (out (B, H, T, Dh), weights (B, H, T, L), cache). weights_forward(scores, attn_cfg) ->
+    (weights, cache): the ViT's; long_sequences.py has the causal one (with its own backward)."""
     scores = (q @ k.swapaxes(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))  # (B, H, T, L)
-    weights, weights_cache = attention_weights_forward(scores, attn_cfg)  # (B, H, T, L)
+    weights, weights_cache = weights_forward(scores, attn_cfg)  # (B, H, T, L)
     out = weights @ v  # (B, H, T, Dh)
     return out, weights, AttentionCoreCache(q, k, v, weights, weights_cache)
 
 
-def heads_attention_backward(dout, cache, attn_cfg):
-    """Returns (dq (B, H, T, Dh), dk (B, H, L, Dh), dv (B, H, L, Dh))."""
+def heads_attention_backward(dout, cache, attn_cfg, weights_backward=attention_weights_backward):
+    """Returns (dq (B, H, T, Dh), dk (B, H, L, Dh), dv (B, H, L, Dh)). weights_backward: the backward of
+    the forward's weights_forward."""
     q, k, v, weights, weights_cache = cache
     inv_sqrt_dh = 1.0 / math.sqrt(q.shape[-1])
     # Differentiates out = weights @ v.
     dweights = dout @ v.swapaxes(-1, -2)  # (B, H, T, L)
     dv = weights.swapaxes(-1, -2) @ dout  # (B, H, L, Dh)
     # Differentiates weights = attention_weights(scores).
-    dscores = attention_weights_backward(dweights, weights_cache, attn_cfg)  # (B, H, T, L)
+    dscores = weights_backward(dweights, weights_cache, attn_cfg)  # (B, H, T, L)
     # Differentiates scores = q @ k^T / sqrt(Dh).
     dq = (dscores @ k) * inv_sqrt_dh  # (B, H, T, Dh)
     dk = (dscores.swapaxes(-1, -2) @ q) * inv_sqrt_dh  # (B, H, L, Dh)
@@ -81,7 +83,9 @@ def attention(q, k, v, attn_cfg, *, impl=None, block_size=None, causal=False, ca
     if impl == "blocked":
         out = blocked_attention_forward(q, k, v, attn_cfg, block_size, causal, causal_length)  # (B, H, L, Dh)
     elif causal:
-        out = causal_attention_forward(q, k, v, attn_cfg, causal_length)[0]  # (B, H, L, Dh)
+        def causal_weights(scores, attn_cfg):
+            return causal_attention_weights_forward(scores, attn_cfg, causal_length)
+        out = heads_attention_forward(q, k, v, attn_cfg, causal_weights)[0]  # (B, H, L, Dh)
     else:
         out = heads_attention_forward(q, k, v, attn_cfg)[0]  # (B, H, L, Dh)
     return out.transpose(to_heads_first)  # (B, L, H, Dh)
