@@ -32,11 +32,11 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from timing import time_calls, timed
 
 ROOT = Path(__file__).resolve().parents[1]
 BATCH, HEADS, HEAD_DIM = 2, 4, 64
@@ -58,21 +58,6 @@ def load_average():
     return "load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
 
 
-def time_calls(calls, repeats):
-    """{name: (min, median) seconds} of each call over `repeats` rounds after one warm-up each. The rounds
-    interleave the calls (a, b, c, a, b, c, ...), so a burst of load from another job on a shared machine
-    slows one round of every row rather than all the repeats of one row."""
-    for call in calls.values():
-        call()
-    times = {name: [] for name in calls}
-    for _ in range(repeats):
-        for name, call in calls.items():
-            start = time.perf_counter()
-            call()
-            times[name].append(time.perf_counter() - start)
-    return {name: (min(values), statistics.median(values)) for name, values in times.items()}
-
-
 # ---------------------------------------------------------------------------------------------- JAX rows
 
 OPS = {"blocked": "blocked relu/L (JAX)", "plain": "plain relu/L (JAX)",
@@ -87,7 +72,7 @@ def jax_calls(length, dtype_name, ops, tiles):
     import numpy as np
 
     from reluattn.config import AttentionConfig
-    from reluattn.jax_backend.blocked_attention import blocked_attention
+    from reluattn.jax_backend.long_sequences import blocked_attention
 
     dtype = jnp.dtype(dtype_name)
     rng = np.random.default_rng(0)
@@ -163,7 +148,10 @@ def memory_child(impl, length, tiles):
     import numpy as np
 
     from reluattn.config import AttentionConfig
-    from reluattn.jax_backend.blocked_attention import blocked_attention
+    from reluattn.jax_backend.fast import cpu_setup
+    from reluattn.jax_backend.long_sequences import blocked_attention
+
+    cpu_setup.configure()  # as the trainer does, before anything starts XLA
 
     def function(q, k, v):
         if impl == "blocked":
@@ -180,9 +168,8 @@ def memory_child(impl, length, tiles):
     result = {"xla_bytes": xla_bytes, "temp_bytes": analysis.temp_size_in_bytes}
     if os.environ.get("RELUATTN_BENCH_RUN", "1") == "1":
         before = resident_set()
-        start = time.perf_counter()
-        jax.block_until_ready(compiled(*arrays))
-        result.update(seconds=time.perf_counter() - start, peak_rss=resident_set()["VmHWM"],
+        seconds = timed(lambda: jax.block_until_ready(compiled(*arrays)))
+        result.update(seconds=seconds, peak_rss=resident_set()["VmHWM"],
                       rss_before=before["VmRSS"], peak_before=before["VmHWM"])
     print(json.dumps(result))
 
@@ -237,7 +224,9 @@ def main(argv=None):
 
     import jax
 
-    print(f"# {cpu_description()}; jax {jax.__version__}; {load_average()}")
+    from reluattn.jax_backend.fast import cpu_setup
+    applied = cpu_setup.configure()  # as the trainer does, before anything starts XLA
+    print(f"# {cpu_description()}; jax {jax.__version__}; {load_average()}; cpu_setup applied: {applied or 'nothing'}")
     try:
         import torch
         torch_note = f"torch {torch.__version__}, {torch.get_num_threads()} threads"

@@ -1,10 +1,10 @@
-"""Speed of the JAX backend on the SPEC reference config, side by side with a plain PyTorch eager ViT of the
+"""Speed of the JAX backend on the reference config, side by side with a plain PyTorch eager ViT of the
 same shapes (when torch is installed) and the NumPy backend.
 
     PYTHONPATH=. python benchmarks/jax_backend.py                  # the full table (minutes on a CPU)
     PYTHONPATH=. python benchmarks/jax_backend.py --quick          # a tiny model, to see that it runs
 
-Reference config (SPEC §3): ViT 192 wide, 6 deep, 3 heads, MLP 384, patch 4, class token, 32x32x3 images,
+Reference config (ViTConfig's defaults): ViT 192 wide, 6 deep, 3 heads, MLP 384, patch 4, class token, 32x32x3 images,
 10 classes, batch 128; `cfg.flops_per_image()` (0.753 GFLOP forward+backward) gives the GFLOP/s.
 
 How it measures. Each framework runs in its own process (an idle framework's threads spin for a while
@@ -18,7 +18,9 @@ load spike from other work hits both alike:
     quiet calls (or `--max-rounds`); a row is the median of its quiet calls, and says how many it had.
     (On 2 cores a framework whose threads wait for each other -- PyTorch's OpenMP -- slows down
     several-fold when another process takes a core, so unquiet numbers mean little.)
-Rows: jax loss_and_grad / train_step, relu and softmax attention, float32 and bfloat16 compute; torch
+Rows: jax loss_and_grad / train_step with fast=True (the speed paths the training presets use, with
+jax_backend.fast.cpu_setup.configure() called first, as the trainer does), relu and softmax attention,
+float32 and bfloat16 compute; torch
 (not a dependency) the same ViT in eager mode -- attention written out as matmul, relu(s)/L or softmax,
 matmul -- float32 and bfloat16 autocast, plus softmax through F.scaled_dot_product_attention; numpy
 loss_and_grad (float32, timed once per round). The jax/torch column divides by the plain torch row of the
@@ -42,25 +44,27 @@ import jax.numpy as jnp
 import numpy as np
 
 import reluattn as ra
+from timing import timed
 
 FUNCTIONS = ("loss_and_grad", "train_step")
 
 
 def jax_runners(cfg, opt_cfg, params, images, labels, compute_dtype):
-    """{function: closure} for the JAX backend; each closure blocks until its result is ready."""
-    jb = ra.backend("jax")  # imported here: the torch process must not get the JAX backend's CPU setup
+    """{function: closure} for the JAX backend, on its fast path (fast=True, as the training presets run
+    it); each closure blocks until its result is ready."""
+    jb = ra.backend("jax")
     params = jax.tree.map(jnp.asarray, params)
     images, labels = jnp.asarray(images), jnp.asarray(labels)
 
     def loss_and_grad():
-        jax.block_until_ready(jb.loss_and_grad(params, images, labels, cfg, compute_dtype=compute_dtype))
+        jax.block_until_ready(jb.loss_and_grad(params, images, labels, cfg, compute_dtype=compute_dtype, fast=True))
 
     state = {"params": jax.tree.map(jnp.array, params)}  # a copy: the step donates (consumes) its inputs
     state["opt"] = jb.init_optimizer(state["params"], opt_cfg)
 
     def train_step():
         state["params"], state["opt"], metrics = jb.train_step(
-            state["params"], state["opt"], images, labels, cfg, opt_cfg, compute_dtype=compute_dtype)
+            state["params"], state["opt"], images, labels, cfg, opt_cfg, compute_dtype=compute_dtype, fast=True)
         jax.block_until_ready(metrics["loss"])
 
     return {"loss_and_grad": loss_and_grad, "train_step": train_step}
@@ -170,6 +174,9 @@ def build_runners(backend, args):
 
 def worker(backend, args):
     """Build and warm up one backend's runners, then time them whenever the parent writes a line."""
+    if backend == "jax":  # as the trainer does, before anything starts XLA (not in the torch process)
+        from reluattn.jax_backend.fast import cpu_setup
+        cpu_setup.configure()
     runners = build_runners(backend, args)
     for key, run in runners.items():
         for _ in range(args.warmup if backend != "numpy" else 1):
@@ -179,9 +186,8 @@ def worker(backend, args):
         times = []
         for key, run in runners.items():
             for _ in range(args.repeats if backend != "numpy" else 1):
-                busy, own, start = busy_cpu_seconds(), sum(os.times()[:2]), time.perf_counter()
-                run()
-                seconds = time.perf_counter() - start
+                busy, own = busy_cpu_seconds(), sum(os.times()[:2])
+                seconds = timed(run)
                 others = None if busy is None else (busy_cpu_seconds() - busy - (sum(os.times()[:2]) - own)) / seconds
                 times.append([list(key), seconds, others])
         print(json.dumps({"times": times}), flush=True)
@@ -202,9 +208,12 @@ def describe_process(backend) -> str:
     if backend == "jax":
         import jaxlib
         try:
-            from reluattn.jax_backend.cpu_setup import applied
+            from reluattn.jax_backend.fast.cpu_setup import applied
         except ImportError:  # an older reluattn, measured for comparison
-            applied = "(no cpu_setup in this version)"
+            try:
+                from reluattn.jax_backend.cpu_setup import applied
+            except ImportError:
+                applied = "(no cpu_setup in this version)"
         return (f"jax {jax.__version__}, jaxlib {jaxlib.__version__}, XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}, "
                 f"reluattn cpu_setup applied: {applied or 'nothing'}")
     if backend == "torch":
@@ -218,7 +227,7 @@ def usable_cores() -> int:
 
 
 def reference_config(args):
-    base = ra.ViTConfig()  # the SPEC reference model
+    base = ra.ViTConfig()  # the reference model (the defaults)
     return base.replace(dim=32, depth=2, heads=2, mlp_dim=64) if args.quick else base
 
 

@@ -1,4 +1,4 @@
-"""Throughput of the NumPy backend's forward + backward (`loss_and_grad`) at the SPEC reference config.
+"""Throughput of the NumPy backend's forward + backward (`loss_and_grad`) at the reference config (ViTConfig's defaults).
 
     python benchmarks/numpy_backend.py [--repeats N] [--batch B] [--kind relu softmax ...] [--float64]
                                        [--threads N]
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import time
+
+from timing import median_seconds
 
 ATTENTION_KINDS = ("softmax", "relu", "relu2", "gelu", "softplus", "sigmoid", "relu6", "identity", "sigmoid_bias")
 THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -33,19 +33,13 @@ def measure(kind, batch, repeats, float64, seed=0):
     rng = np.random.default_rng(seed)
     images = rng.uniform(size=(batch, cfg.image_size, cfg.image_size, cfg.channels)).astype(dtype)
     labels = rng.integers(0, cfg.num_classes, size=batch)
-    loss_and_grad(params, images, labels, cfg)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        loss_and_grad(params, images, labels, cfg)
-        times.append(time.perf_counter() - start)
-    return cfg, statistics.median(times)
+    return cfg, median_seconds(lambda: loss_and_grad(params, images, labels, cfg), repeats, warmup=1)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3, help="timed calls per row (median reported)")
-    parser.add_argument("--batch", type=int, default=128, help="images per call (SPEC: 128)")
+    parser.add_argument("--batch", type=int, default=128, help="images per call (the reference: 128)")
     parser.add_argument("--kind", nargs="+", default=["relu", "softmax"], choices=ATTENTION_KINDS,
                         help="attention kinds to time")
     parser.add_argument("--float64", action="store_true", help="compute in float64 instead of float32")

@@ -1,6 +1,8 @@
 """Checks on what users hand to `apply` / `loss_and_grad`, shared by both backends (pure NumPy).
 
-Each check raises a ValueError that says what was expected and what came.
+Each check raises a ValueError that says what was expected and what came. Shapes and dtypes are checked
+on anything, JAX tracers included (so the JAX entry points stay transformable: jax.grad with respect to
+the images, jax.vmap, ...); checks of values (labels in range) run only on concrete arrays.
 """
 
 from __future__ import annotations
@@ -11,6 +13,19 @@ from .config import ATTENTION_IMPLS, AttentionConfig, ViTConfig
 from .params import check_params, flatten
 
 CAUSAL_LENGTHS = ("per_query", "global")  # the L of causal query i: its own i + 1 visible keys, or all L
+
+
+def concrete_values(x):
+    """x as a NumPy array, or None when its values are not known yet (a JAX tracer, inside jit or a
+    transform: converting it would raise)."""
+    try:
+        return np.asarray(x)
+    except TypeError:  # jax.errors.TracerArrayConversionError and ConcretizationTypeError are TypeErrors
+        return None
+
+
+def _dtype(x):
+    return np.dtype(x.dtype) if hasattr(x, "dtype") else np.asarray(x).dtype
 
 
 def check_images(images, cfg: ViTConfig) -> None:
@@ -29,7 +44,7 @@ def check_images(images, cfg: ViTConfig) -> None:
                          f"got {height}x{width}, shape {shape}")
     if channels != cfg.channels:
         raise ValueError(f"images must have {cfg.channels} channels, shape {expected}; got {channels}, shape {shape}")
-    dtype = np.dtype(getattr(images, "dtype", np.asarray(images).dtype))
+    dtype = _dtype(images)
     if not (np.issubdtype(dtype, np.floating) or np.issubdtype(dtype, np.integer)) or dtype == np.bool_:
         raise ValueError(f"images must be a float (or integer) array, got dtype {dtype}")
 
@@ -37,7 +52,7 @@ def check_images(images, cfg: ViTConfig) -> None:
 def check_labels(labels, batch: int, num_classes: int) -> None:
     """Labels are (B,) integers in [0, K) or (B, K) target probabilities (mixup, label smoothing)."""
     shape = tuple(np.shape(labels))
-    dtype = np.dtype(getattr(labels, "dtype", np.asarray(labels).dtype))
+    dtype = _dtype(labels)
     if len(shape) == 2:
         if shape != (batch, num_classes):
             raise ValueError(f"soft labels must have shape ({batch}, {num_classes}); got {shape}")
@@ -48,8 +63,8 @@ def check_labels(labels, batch: int, num_classes: int) -> None:
         raise ValueError(f"labels must have shape ({batch},) (one per image) or ({batch}, {num_classes}); got {shape}")
     if not np.issubdtype(dtype, np.integer):
         raise ValueError(f"labels must be integers in [0, {num_classes}), got dtype {dtype}")
-    values = np.asarray(labels)
-    if values.size and (values.min() < 0 or values.max() >= num_classes):
+    values = concrete_values(labels)
+    if values is not None and values.size and (values.min() < 0 or values.max() >= num_classes):
         raise ValueError(f"labels must be in [0, {num_classes}); got values from {values.min()} to {values.max()}")
 
 
@@ -82,6 +97,14 @@ def check_attention_options(attn_cfg, impl, block_size, causal, causal_length) -
     if causal_length not in CAUSAL_LENGTHS:
         raise ValueError(f"causal_length must be one of {', '.join(CAUSAL_LENGTHS)}; got {causal_length!r}")
     return impl
+
+
+def check_attention_shapes(q, k, v) -> None:
+    """q, k, v of attention(q, k, v, ...) must share one (B, L, H, Dh) shape."""
+    shapes = [tuple(np.shape(x)) for x in (q, k, v)]
+    if not (len(shapes[0]) == 4 and shapes[0] == shapes[1] == shapes[2]):
+        raise ValueError("attention expects q, k, v of one shape (B, L, H, Dh); "
+                         f"got {shapes[0]}, {shapes[1]}, {shapes[2]}")
 
 
 def check_optimizer_state(opt_state, params) -> None:

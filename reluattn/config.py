@@ -24,6 +24,16 @@ ATTENTION_KINDS = (
     "identity",      # s itself: linear attention, no nonlinearity
     "sigmoid_bias",  # sigmoid(s - log L) (Ramapuram et al. 2024); alpha is ignored
 )
+# Adding an attention kind: the tables that must change, and nothing else.
+#   1. ATTENTION_KINDS above (config validation, the CLI's --attention choices, every test that draws kinds).
+#   2. numpy_backend/attention_weights.py POINTWISE: h and h' (or, for a kind that needs L inside h, like
+#      sigmoid_bias, pointwise / pointwise_derivative / length_factor there).
+#   3. jax_backend/attention_weights.py POINTWISE: h (autodiff gives h'); the same special cases.
+#   4. jax_backend/fast/pallas_attention.py KINDS, if the GPU kernel should support it.
+#   5. tests/test_numpy_gradcheck_sensitivity.py ATTENTION_KINDS_WITH_DERIVATIVES, and the kinks of
+#      tests/test_numpy_layers.py scores_for if h has any (finite differences must stay away from them).
+#   6. plots.py's list of kinds that ignore alpha, if it ignores alpha.
+# Causal, blocked and the fast kernels read h and the length factor from 2-3, so they need no change.
 # FFN activations; softmax and softmax_ln are the key-value-memory study of Shen et al. (2023).
 MLP_ACTIVATIONS = ("gelu", "relu", "softmax", "softmax_ln")
 POOLS = ("cls", "gap")

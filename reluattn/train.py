@@ -89,9 +89,10 @@ def train(config: TrainConfig, out, *, data=None, resume: bool = False, progress
                          f"--resume to continue it, or choose another --out")
 
     if config.backend == "jax":
-        # Import the JAX backend (which sets up malloc for XLA, jax_backend/cpu_setup.py) before loading the
-        # data: decoding starts threads, and malloc settings made after that no longer reach every thread.
-        from . import jax_backend  # noqa: F401
+        # Set up malloc for XLA (jax_backend/fast/cpu_setup.py) before loading the data: decoding starts
+        # threads, and malloc settings made after that no longer reach every thread.
+        from .jax_backend.fast import cpu_setup
+        cpu_setup.configure()
     run_data = load_run_data(config, data, progress=progress)
     description = run_data.description
     resolved = config.resolve(description["num_train"], description["image_size"], description["channels"],

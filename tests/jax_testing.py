@@ -106,9 +106,9 @@ def random_batch(cfg: ViTConfig, seed: int, batch: int = 3, soft_labels: bool = 
     return images, rng.integers(0, cfg.num_classes, size=batch)
 
 
-def bfloat16_against_float32(cfg: ViTConfig, seed: int):
+def bfloat16_against_float32(cfg: ViTConfig, seed: int, fast: bool = True):
     """The JAX backend's logits, loss and gradients for random_params(cfg, seed) on a random batch of 4, in
-    float32 and with `compute_dtype=jnp.bfloat16`. Returns ((logits, loss, grads) of the bfloat16 run,
+    float32 and with `compute_dtype=jnp.bfloat16` (both with `fast`). Returns ((logits, loss, grads) of the bfloat16 run,
     errors): the logits' error relative to the largest logit, the loss's relative error, and the gradients'
     norm-wise relative error and cosine (all leaves as one vector) -- what tests/test_jax_model.py bounds
     and benchmarks/bfloat16_error.py reports."""
@@ -120,10 +120,10 @@ def bfloat16_against_float32(cfg: ViTConfig, seed: int):
     params = random_params(cfg, seed, dtype=np.float32)
     images, labels = random_batch(cfg, seed + 1, batch=4)
     images = images.astype(np.float32)
-    logits = jb.apply(params, images, cfg)
-    low_logits = jb.apply(params, images, cfg, compute_dtype=jnp.bfloat16)
-    loss, grads = jb.loss_and_grad(params, images, labels, cfg)
-    low_loss, low_grads = jb.loss_and_grad(params, images, labels, cfg, compute_dtype=jnp.bfloat16)
+    logits = jb.apply(params, images, cfg, fast=fast)
+    low_logits = jb.apply(params, images, cfg, compute_dtype=jnp.bfloat16, fast=fast)
+    loss, grads = jb.loss_and_grad(params, images, labels, cfg, fast=fast)
+    low_loss, low_grads = jb.loss_and_grad(params, images, labels, cfg, compute_dtype=jnp.bfloat16, fast=fast)
     low_vector, vector = (np.concatenate([np.ravel(leaf) for leaf in jax.tree.leaves(tree)]).astype(np.float64)
                           for tree in (low_grads, grads))
     norm, low_norm = np.linalg.norm(vector), np.linalg.norm(low_vector)

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 import reluattn.jax_backend as jb
 import reluattn.numpy_backend as nb
 from reluattn.config import ATTENTION_KINDS, AttentionConfig, ViTConfig
-from reluattn.jax_backend.blocked_attention import blocked_attention
+from reluattn.jax_backend.long_sequences import blocked_attention
+from reluattn.numpy_backend.long_sequences import causal_attention_weights_backward, causal_attention_weights_forward
 from reluattn.numpy_backend.multihead_attention import heads_attention_backward, heads_attention_forward
 from reluattn.params import flatten, init_params
 
@@ -26,8 +27,14 @@ def qkv(seed, batch, length, heads, head_dim, spread=1.5, dtype=np.float64):
 def numpy_dense(q, k, v, dout, attn_cfg, causal, causal_length):
     """The NumPy dense core and its hand-written backward, in the tokens-first layout."""
     heads_first = [x.transpose(0, 2, 1, 3) for x in (q, k, v, dout)]
-    out, _, cache = heads_attention_forward(*heads_first[:3], attn_cfg, causal, causal_length)
-    grads = heads_attention_backward(heads_first[3], cache, attn_cfg, causal)
+    if causal:
+        def weights_forward(scores, attn_cfg):
+            return causal_attention_weights_forward(scores, attn_cfg, causal_length)
+        out, _, cache = heads_attention_forward(*heads_first[:3], attn_cfg, weights_forward)
+        grads = heads_attention_backward(heads_first[3], cache, attn_cfg, causal_attention_weights_backward)
+    else:
+        out, _, cache = heads_attention_forward(*heads_first[:3], attn_cfg)
+        grads = heads_attention_backward(heads_first[3], cache, attn_cfg)
     return out.transpose(0, 2, 1, 3), [g.transpose(0, 2, 1, 3) for g in grads]
 
 
@@ -222,7 +229,7 @@ def test_model_with_blocked_attention_equals_dense(kind, qk_norm, gated):
     images, labels = rng.normal(size=(3, 8, 8, 3)).astype(np.float32), np.array([0, 3, 1])
     for impl, uses_the_tiled_kernel in (("dense", False), ("blocked", True)):  # the model really switches
         program = str(jax.make_jaxpr(lambda p, impl=impl: jb.forward(p, images, config(impl)))(params))
-        # the tiled custom_vjp of blocked_attention.py (matmuls have custom_vjps of their own)
+        # the tiled custom_vjp of fast/blocked_attention.py
         assert (re.search(r"custom_vjp_call\[\s*name=_core\b", program) is not None) == uses_the_tiled_kernel
     dense_logits = jb.apply(params, images, config("dense"))
     np.testing.assert_allclose(jb.apply(params, images, config("blocked")), dense_logits, rtol=1e-5, atol=1e-5)

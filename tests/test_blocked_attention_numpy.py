@@ -8,12 +8,23 @@ from hypothesis import strategies as st
 from gradcheck import check_layer
 from reluattn.config import ATTENTION_KINDS, AttentionConfig, ViTConfig
 from reluattn.numpy_backend import apply, loss_and_grad
-from reluattn.numpy_backend.blocked_attention import blocked_attention_forward
-from reluattn.numpy_backend.multihead_attention import (attention, heads_attention_backward,
-                                                        heads_attention_forward)
+from reluattn.numpy_backend.long_sequences import (blocked_attention_forward, causal_attention_weights_backward,
+                                                   causal_attention_weights_forward)
+from reluattn.numpy_backend.multihead_attention import attention, heads_attention_backward, heads_attention_forward
 from reluattn.params import flatten, init_params
 
 POINT_WISE_KINDS = [kind for kind in ATTENTION_KINDS if kind != "softmax"]
+
+
+def causal_attention_forward(q, k, v, attn_cfg, causal_length):
+    """The dense core with causal weights."""
+    def weights_forward(scores, attn_cfg):
+        return causal_attention_weights_forward(scores, attn_cfg, causal_length)
+    return heads_attention_forward(q, k, v, attn_cfg, weights_forward)
+
+
+def causal_attention_backward(dout, cache, attn_cfg):
+    return heads_attention_backward(dout, cache, attn_cfg, causal_attention_weights_backward)
 
 
 def qkv(seed, batch, length, heads, head_dim, spread=1.5, dtype=np.float64):
@@ -92,22 +103,21 @@ def test_causal_dense_backward_matches_finite_differences(kind, causal_length):
     # Smooth kinds (relu2 is C1), so central differences need no care about kinks.
     attn_cfg = AttentionConfig(kind=kind, alpha=0.7, scale=1.2)
     q, k, v = (x.transpose(0, 2, 1, 3).copy() for x in qkv(4, 2, 5, 2, 3))  # heads first, contiguous
-    options = dict(causal=True, causal_length=causal_length)
-    cache = heads_attention_forward(q, k, v, attn_cfg, **options)[2]
+    cache = causal_attention_forward(q, k, v, attn_cfg, causal_length)[2]
 
     def backward(dout):
-        dq, dk, dv = heads_attention_backward(dout, cache, attn_cfg, causal=True)
+        dq, dk, dv = causal_attention_backward(dout, cache, attn_cfg)
         return {"q": dq, "k": dk, "v": dv}, None
 
-    check_layer(lambda i, p: heads_attention_forward(i["q"], i["k"], i["v"], attn_cfg, **options)[0], backward,
+    check_layer(lambda i, p: causal_attention_forward(i["q"], i["k"], i["v"], attn_cfg, causal_length)[0], backward,
                 {"q": q, "k": k, "v": v})
 
 
 def test_causal_weights_hide_the_future_and_rows_use_their_own_length():
     q, k, v = qkv(5, 1, 6, 1, 2)
     heads_first = [x.transpose(0, 2, 1, 3) for x in (q, k, v)]
-    _, weights, _ = heads_attention_forward(*heads_first, AttentionConfig(kind="identity", alpha=1.0),
-                                            causal=True, causal_length="per_query")
+    _, weights, _ = causal_attention_forward(*heads_first, AttentionConfig(kind="identity", alpha=1.0),
+                                             "per_query")
     scores = heads_first[0] @ heads_first[1].swapaxes(-1, -2) / np.sqrt(2.0)  # (1, 1, 6, 6)
     expected = np.tril(scores) / np.arange(1, 7)[:, None]  # row i divided by its i + 1 visible keys
     np.testing.assert_allclose(weights, expected, rtol=1e-13, atol=1e-15)
@@ -146,6 +156,8 @@ def tiny(kind, impl, block_size=None, qk_norm=False, gated=False):
 @pytest.mark.parametrize("kind, qk_norm, gated", [("relu", False, False), ("softmax", True, False),
                                                   ("sigmoid_bias", False, True), ("gelu", True, True)])
 def test_model_with_blocked_attention_equals_dense(kind, qk_norm, gated):
+    # The NumPy model runs the dense core whatever the impl (a memory strategy of the JAX backend): a config
+    # made for the JAX blocked kernel gives the same values here.
     dense_cfg = tiny(kind, "dense", qk_norm=qk_norm, gated=gated)
     blocked_cfg = tiny(kind, "blocked", block_size=5, qk_norm=qk_norm, gated=gated)  # 17 tokens: 4 blocks
     params = init_params(dense_cfg, seed=1, dtype=np.float64)

@@ -1,4 +1,5 @@
-"""reluattn.jax_backend.cpu_setup: what importing the JAX backend does to the process, and how to stop it.
+"""reluattn.jax_backend.fast.cpu_setup: importing changes nothing; configure() (called by the trainer)
+changes malloc's settings, and how to stop it.
 
 Each case runs in a fresh Python process, since the settings are process-wide and applied once.
 """
@@ -12,7 +13,8 @@ import sys
 import pytest
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-REPORT = "import json, reluattn.jax_backend as jb; print(json.dumps(jb.cpu_setup.applied))"
+REPORT = ("import json, reluattn.jax_backend; from reluattn.jax_backend.fast import cpu_setup; "
+          "print(json.dumps(cpu_setup.configure()))")
 glibc_linux = pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",
                                  reason="the malloc settings exist only on Linux with glibc")
 
@@ -25,8 +27,49 @@ def applied_in_fresh_process(code=REPORT, **environment) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+# glibc has no call that reads mallopt's settings back, so these scripts replace mallopt with a recorder
+# (through ctypes.CDLL, which cpu_setup uses to reach it) before importing every reluattn module.
+IMPORT_EVERYTHING = """
+import ctypes, json, os, pkgutil, importlib, sys
+calls = []
+real_cdll = ctypes.CDLL
+class Recording:
+    def __init__(self, library):
+        self.library = library
+    def __getattr__(self, name):
+        if name == "mallopt":
+            return lambda *args: calls.append(args) or 1
+        return getattr(self.library, name)
+ctypes.CDLL = lambda *args, **kwargs: Recording(real_cdll(*args, **kwargs))
+import jax, matplotlib  # their own imports set variables of their own (TF_CPP_MIN_LOG_LEVEL, ...)
+environment = dict(os.environ)
+import reluattn
+skip = ("reluattn.__main__",)  # running it would start the command line
+for module in pkgutil.walk_packages(reluattn.__path__, "reluattn."):
+    if module.name not in skip:
+        importlib.import_module(module.name)
+from reluattn.jax_backend.fast import cpu_setup
+print(json.dumps({"mallopt calls": calls, "environment changed": dict(os.environ) != environment,
+                  "applied": cpu_setup.applied, "modules": len(sys.modules)}))
+"""
+
+
+def test_importing_any_reluattn_module_changes_no_process_setting():
+    report = applied_in_fresh_process(IMPORT_EVERYTHING)
+    assert report["mallopt calls"] == [] and report["applied"] == {}
+    assert report["environment changed"] is False
+
+
 @glibc_linux
-def test_import_keeps_large_blocks_in_the_malloc_heap():
+def test_configure_calls_mallopt_when_asked():
+    code = IMPORT_EVERYTHING.replace("from reluattn.jax_backend.fast import cpu_setup",
+                                     "from reluattn.jax_backend.fast import cpu_setup; cpu_setup.configure()")
+    report = applied_in_fresh_process(code)
+    assert len(report["mallopt calls"]) == 4 and report["applied"]["MALLOC_MMAP_MAX_"] == 0
+
+
+@glibc_linux
+def test_configure_keeps_large_blocks_in_the_malloc_heap():
     assert applied_in_fresh_process() == {"MALLOC_ARENA_MAX": 1, "MALLOC_MMAP_MAX_": 0,
                                           "MALLOC_TRIM_THRESHOLD_": 2**31 - 1, "MALLOC_TOP_PAD_": 64 * 2**20}
 
@@ -56,8 +99,8 @@ def test_training_sets_up_malloc_before_loading_data(tmp_path):
         "class Stop(Exception): pass\n"
         "def loader(*args, **kwargs):\n"
         "    import sys\n"
-        "    raise Stop(json.dumps(sys.modules['reluattn.jax_backend'].cpu_setup.applied\n"
-        "                          if 'reluattn.jax_backend' in sys.modules else {}))\n"
+        "    raise Stop(json.dumps(sys.modules['reluattn.jax_backend.fast.cpu_setup'].applied\n"
+        "                          if 'reluattn.jax_backend.fast.cpu_setup' in sys.modules else {}))\n"
         "t.load_run_data = loader\n"
         "from reluattn.presets import PRESETS\n"
         "try:\n"

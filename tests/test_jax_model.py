@@ -14,7 +14,9 @@ from jax_testing import (attention_configs, bfloat16_against_float32, compiling,
                          relative_error, vit_configs)
 from reluattn.config import ATTENTION_KINDS, AttentionConfig, OptimizerConfig, ViTConfig
 from reluattn.jax_backend import model
-from reluattn.jax_backend.attention import attention_weights, blocked_attention, dense_attention
+from reluattn.jax_backend.attention_weights import attention_weights
+from reluattn.jax_backend.long_sequences import blocked_attention
+from reluattn.jax_backend.multihead_attention import heads_attention as dense_attention
 from reluattn.params import tree_map
 
 jb, nb = ra.backend("jax"), ra.backend("numpy")
@@ -50,7 +52,7 @@ def test_class_token_is_token_zero_and_position_embedding_is_added_after_it(pool
     if pool == "cls":
         params["cls_token"] = np.full(4, 9.0, np.float32)
     images = np.random.default_rng(0).normal(size=(1, 4, 4, 1)).astype(np.float32)
-    tokens = np.asarray(model.embed(params, jnp.asarray(images), cfg))[0]
+    tokens = np.asarray(model.embed(jnp.asarray(images), params, cfg))[0]
     patches = np.asarray(model.patchify(jnp.asarray(images), 2))[0]
     expected = np.concatenate([[np.full(4, 9.0)], patches]) if pool == "cls" else patches
     np.testing.assert_allclose(tokens, expected + params["pos_embed"], rtol=1e-6)
@@ -68,7 +70,7 @@ def test_derivative_at_the_kinks_is_zero(kind, kinks):
 
 
 def test_mlp_relu_derivative_at_zero_is_zero():
-    from reluattn.jax_backend.layers import mlp
+    from reluattn.jax_backend.mlp import mlp
     params = {"fc1": {"w": jnp.eye(2), "b": jnp.zeros(2)}, "fc2": {"w": jnp.eye(2), "b": jnp.zeros(2)}}
     gradient = jax.grad(lambda x: mlp(x, params, "relu").sum())(jnp.asarray([[0.0, 1.0]]))
     np.testing.assert_array_equal(np.asarray(gradient), [[0.0, 1.0]])
@@ -120,8 +122,9 @@ BFLOAT16_GRADIENTS_TOLERANCE = 0.5
 
 @settings(compiling, max_examples=5)
 @given(cfg=vit_configs(head_dims=(8, 16), impls=("dense",)), seed=st.integers(0, 2**16))
-def test_bfloat16_compute_stays_within_tolerance_of_float32(cfg, seed):
-    (low_logits, low_loss, low_grads), errors = bfloat16_against_float32(cfg, seed)
+@pytest.mark.parametrize("fast", [False, True])
+def test_bfloat16_compute_stays_within_tolerance_of_float32(cfg, seed, fast):
+    (low_logits, low_loss, low_grads), errors = bfloat16_against_float32(cfg, seed, fast=fast)
     # Outputs, the loss and the gradients stay float32, like the parameters.
     assert low_logits.dtype == low_loss.dtype == jnp.float32
     assert all(leaf.dtype == jnp.float32 for leaf in jax.tree.leaves(low_grads))
@@ -131,12 +134,13 @@ def test_bfloat16_compute_stays_within_tolerance_of_float32(cfg, seed):
     assert errors["logits"] > 0  # bfloat16 really was used
 
 
-def test_bfloat16_runs_every_matmul_in_bfloat16_and_statistics_in_float32():
+def test_fast_bfloat16_runs_every_matmul_in_bfloat16_and_statistics_in_float32():
+    # fast=True: the backward matmuls too (the plain path leaves those to autodiff).
     cfg = small_config(attention=AttentionConfig(kind="softmax", qk_norm=True, gated=True), mlp_activation="softmax_ln")
     params = jax.tree.map(jnp.asarray, ra.init_params(cfg))
     images, labels = random_batch(cfg, 0)
     jaxpr = jax.make_jaxpr(lambda p: jax.value_and_grad(model.loss_and_logits, has_aux=True)(
-        p, jnp.asarray(images, jnp.float32), labels, cfg, 0.0, jnp.dtype(jnp.bfloat16)))(params)
+        p, jnp.asarray(images, jnp.float32), labels, cfg, 0.0, jnp.dtype(jnp.bfloat16), fast=True))(params)
     equations = [eqn for eqn in _all_equations(jaxpr.jaxpr)]
     matmuls = [eqn for eqn in equations if eqn.primitive.name == "dot_general"]
     assert len(matmuls) > 10  # forward and backward

@@ -63,16 +63,17 @@ def test_float32_logits_equal_numpy(cfg, seed):
     assert relative_error(logits, exact) <= FLOAT32_LOGITS_TOLERANCE
 
 
+@pytest.mark.parametrize("fast", [False, True])
 @settings(compiling, max_examples=6)
 @given(cfg=vit_configs(), seed=st.integers(0, 2**16))
-def test_float32_loss_and_gradients_close_to_exact(cfg, seed):
-    """float32 has its own code paths (matmul layouts, the LayerNorm and GELU derivative rules): check them
-    against the exact float64 answer of the NumPy backend."""
+def test_float32_loss_and_gradients_close_to_exact(cfg, seed, fast):
+    """float32, plain and with fast=True (its own code paths: matmul layouts, the LayerNorm and GELU
+    derivative rules), against the exact float64 answer of the NumPy backend."""
     params = random_params(cfg, seed)
     images, labels = random_batch(cfg, seed + 1)
     exact_loss, exact_grads = nb.loss_and_grad(params, images, labels, cfg)
     float32_params = jax.tree.map(lambda leaf: np.asarray(leaf, np.float32), params)
-    loss, grads = jb.loss_and_grad(float32_params, images.astype(np.float32), labels, cfg)
+    loss, grads = jb.loss_and_grad(float32_params, images.astype(np.float32), labels, cfg, fast=fast)
     assert loss.dtype == jnp.float32 and all(leaf.dtype == jnp.float32 for leaf in jax.tree.leaves(grads))
     assert relative_error(loss, exact_loss) <= FLOAT32_GRADIENT_TOLERANCE
     vector, exact_vector = (np.concatenate([np.ravel(leaf) for leaf in jax.tree.leaves(tree)])

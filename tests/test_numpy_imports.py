@@ -27,7 +27,7 @@ def test_importing_and_using_the_numpy_backend_imports_no_jax_scipy_or_torch():
 
 
 def test_the_backend_modules_import_only_numpy_and_the_pure_project_modules():
-    allowed = {"numpy", "math", "__future__"}
+    allowed = {"numpy", "math", "typing", "__future__"}
     for path in (ROOT / "reluattn" / "numpy_backend").glob("*.py"):
         for line in path.read_text().splitlines():
             words = line.split()

@@ -11,7 +11,7 @@ from reluattn.numpy_backend.attention_weights import (attention_weights_backward
                                                       pointwise_derivative)
 from reluattn.numpy_backend.mlp import mlp_backward, mlp_forward
 from reluattn.numpy_backend.model import patchify
-from reluattn.numpy_backend.multihead_attention import (attention, attention_backward, attention_forward,
+from reluattn.numpy_backend.multihead_attention import (attention, heads_attention_backward, heads_attention_forward,
                                                         self_attention_backward, self_attention_forward)
 
 
@@ -153,14 +153,14 @@ def test_weight_formulas():
 @pytest.mark.parametrize("kind", ["softmax", "relu", "sigmoid_bias"])
 def test_core_attention_backward(kind):
     cfg = AttentionConfig(kind=kind)
-    q, k, v = (normal(seed, 2, 5, 2, 3, scale=1.5) for seed in (5, 6, 7))  # (B, L, H, Dh)
-    cache = attention_forward(q, k, v, cfg)[2]
+    q, k, v = (normal(seed, 2, 2, 5, 3, scale=1.5) for seed in (5, 6, 7))  # (B, H, L, Dh)
+    cache = heads_attention_forward(q, k, v, cfg)[2]
 
     def backward(dout):
-        dq, dk, dv = attention_backward(dout, cache, cfg)
+        dq, dk, dv = heads_attention_backward(dout, cache, cfg)
         return {"q": dq, "k": dk, "v": dv}, None
 
-    check_layer(lambda i, p: attention_forward(i["q"], i["k"], i["v"], cfg)[0], backward,
+    check_layer(lambda i, p: heads_attention_forward(i["q"], i["k"], i["v"], cfg)[0], backward,
                 {"q": q, "k": k, "v": v})
 
 

@@ -1,4 +1,4 @@
-"""The optional Pallas kernel (jax_backend/pallas_attention.py), run in Pallas's interpret mode on the CPU:
+"""The optional Pallas kernel (jax_backend/fast/pallas_attention.py), run in Pallas's interpret mode on the CPU:
 output and gradients equal the dense path, for every kind it supports; bad calls are refused."""
 
 import jax
@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import reluattn.jax_backend as jb
 from reluattn.config import AttentionConfig
-from reluattn.jax_backend.pallas_attention import KINDS, pallas_attention
+from reluattn.jax_backend.fast.pallas_attention import KINDS, pallas_attention
 
 
 def relative_error(a, b):

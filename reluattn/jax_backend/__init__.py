@@ -1,4 +1,5 @@
-"""The JAX backend: the same functional API and parameter tree as the NumPy backend, jit-compiled.
+"""The JAX backend: the NumPy backend's twin, file for file and name for name, in plain jnp with autodiff,
+jit-compiled. Importing it changes nothing in the process.
 
     import reluattn as ra
     jb = ra.backend("jax")
@@ -7,31 +8,67 @@
     opt_state = jb.init_optimizer(params, opt_cfg)
     params, opt_state, metrics = jb.train_step(params, opt_state, images, labels, cfg, opt_cfg)
 
-Shared with the NumPy backend: apply, loss_and_grad, attention, attention_weights, init_optimizer,
-train_step, learning_rate. JAX-only: `compute_dtype=jnp.bfloat16` on every entry point (bfloat16 matmuls,
-float32 statistics), `make_train_step` (the pure step, for loops that add on-device augmentation and jit
-it themselves), `forward` / `loss_and_logits` (un-jitted pure functions), and the data-parallel helpers in
-`sharding`. Results are JAX arrays (`np.asarray(x)` / `float(x)` to bring them to the host).
+The default path is traceable end to end: jax.grad (also with respect to the images), jax.jvp,
+jax.jacfwd, jax.hessian and jax.vmap all work on apply / loss_and_grad / forward / loss_and_logits. Speed
+is opt-in: `fast=True` on every entry point (the custom-derivative matmuls, LayerNorm and GELU of fast/,
+reverse mode only), `compute_dtype=jnp.bfloat16` (bfloat16 matmuls, float32 statistics),
+AttentionConfig(impl="blocked") (the tiled kernel), and `fast.cpu_setup.configure()` (malloc settings for
+XLA:CPU, called by the trainer, never on import). Results are JAX arrays (`np.asarray(x)` / `float(x)`).
 
-Files: matmul.py (every matmul: precision and memory layout), layers.py (dense, LayerNorm, GELU, MLP),
-cpu_setup.py (process settings for XLA:CPU), attention.py (weight kinds, dense and blocked attention,
-causal masks), blocked_attention.py (the tiled custom_vjp behind impl="blocked"), model.py (the ViT, loss,
-jitted entry points), train.py (optax AdamW, train step), sharding.py (data parallel over devices and hosts);
-optional, imported by nothing else: pallas_attention.py (a fused GPU kernel for the point-wise kinds).
+Files: layers.py attention_weights.py multihead_attention.py mlp.py model.py optim.py long_sequences.py,
+as in NumPy; sharding.py, the one JAX-only file (data parallelism over devices and hosts: NumPy has one
+CPU and no devices to spread over); fast/ (opt-in speed, see fast/__init__.py).
+
+NumPy <-> JAX, file for file (numpy_backend/X.py beside jax_backend/X.py). A NumPy layer is a pair
+`name_forward` / `name_backward`; its JAX twin is one function `name` whose backward is jax.grad's::
+
+    file                  NumPy                                            JAX
+    layers.py             dense_forward / dense_backward                   dense
+                          layernorm_forward / layernorm_backward           layernorm
+                          gelu_, relu_, silu_, softmax_forward / _backward gelu, relu, silu, softmax
+                          targets_from_labels                              targets_from_labels
+                          cross_entropy_forward / cross_entropy_backward   cross_entropy
+    attention_weights.py  POINTWISE (h and h'), pointwise, length_factor   POINTWISE (h), pointwise, length_factor
+                          attention_weights_forward / _backward            attention_weights
+    multihead_attention.py heads_attention_forward / _backward             heads_attention
+                          (weights_forward / _backward arguments)          (weights_function argument)
+                          self_attention_forward / _backward               self_attention
+                          attention                                        attention
+    mlp.py                mlp_forward / mlp_backward                       mlp
+    model.py              patchify, embed_forward / _backward              patchify, embed
+                          block_forward / block_backward                   block
+                          forward / backward                               forward
+                          forward_backward                                 loss_and_logits (+ jax.value_and_grad)
+                          apply, loss_and_grad                             apply, loss_and_grad
+    optim.py              learning_rate, init_optimizer, adamw_update,     learning_rate, init_optimizer, adamw_update,
+                          train_step                                       train_step, make_optimizer, make_train_step
+    long_sequences.py     DEFAULT_BLOCK_SIZE (128 keys)                    DEFAULT_BLOCK_SIZE (1024 keys)
+                          causal_visible_keys                              causal_visible_keys
+                          causal_attention_weights_forward / _backward     causal_attention_weights
+                          blocked_attention_forward                        blocked_attention
+    sharding.py           -                                                data parallel (JAX only: NumPy has one CPU)
+
+Where they differ, and why:
+  - the attention core's layout: NumPy heads-first (B, H, T, Dh), because its batched matmul needs the batch
+    axes in front; JAX tokens-first (B, T, H, Dh), because an einsum names its axes and XLA picks the layout.
+  - DEFAULT_BLOCK_SIZE means the same (keys per block when neither the call nor AttentionConfig.block_size
+    gives one); its value differs: 128 keeps NumPy's (B, H, T, block) slabs small, 1024 is the tile size
+    the JAX kernel was tuned for (docs/performance.md, "Blocked attention").
+  - AttentionConfig.impl="blocked": the JAX model runs the blocked kernel; the NumPy model always runs the
+    dense core (the same values; the NumPy blocked forward is in long_sequences.py, for reading).
+  - JAX only: compute_dtype=jnp.bfloat16 and fast=True (the opt-in speed paths of jax_backend/fast/),
+    make_train_step (the pure step, to jit with augmentation), and sharding.py (several devices).
 """
 
-from . import cpu_setup
-
-cpu_setup.configure()  # before anything starts an XLA backend; see cpu_setup.py (RELUATTN_CPU_SETUP=0 opts out)
-
-from . import sharding  # noqa: E402
-from .attention import attention, attention_weights
+from . import attention_weights, layers, long_sequences, mlp, model, multihead_attention, optim, sharding
 from .model import apply, forward, loss_and_grad, loss_and_logits
+from .multihead_attention import attention
+from .optim import adamw_update, init_optimizer, learning_rate, make_optimizer, make_train_step, train_step
 from .sharding import data_mesh, make_sharded_train_step, replicate, shard_batch, sharded_train_step
-from .train import adamw_update, init_optimizer, learning_rate, make_optimizer, make_train_step, train_step
 
 __all__ = [
-    "apply", "loss_and_grad", "attention", "attention_weights", "init_optimizer", "train_step", "learning_rate",
+    "apply", "loss_and_grad", "attention", "init_optimizer", "train_step", "learning_rate",
     "forward", "loss_and_logits", "adamw_update", "make_optimizer", "make_train_step",
+    "layers", "attention_weights", "multihead_attention", "mlp", "model", "optim", "long_sequences",
     "sharding", "data_mesh", "replicate", "shard_batch", "make_sharded_train_step", "sharded_train_step",
 ]

@@ -1,93 +1,100 @@
-"""The small pieces of the ViT: dense layers, LayerNorm, GELU, the MLP.
+"""The small layers of the ViT, as pure functions of explicit parameters (shapes: legend in the NumPy
+backend's __init__.py). Their backward is jax.grad's; the NumPy twin, numpy_backend/layers.py, writes it
+by hand.
 
-Every function here is a pure function of explicit parameters (a dict of arrays, the same leaves as
-`reluattn.params.param_shapes`), traced inside the model's `jax.jit`. Matmuls go through
-`matmul.matmul`, which owns the precision (`compute_dtype`, see matmul.py); everything here runs in the
-parameters' dtype (float32, or float64 with x64 on), LayerNorm statistics included.
-
-LayerNorm and GELU have custom JVP rules, giving the derivative in one fused expression: autodiff of their
-formulas would save several full-size intermediates for the backward pass (five (B, T, M) arrays for the
-tanh GELU) and walk them again; with these rules it saves one (and one per row for LayerNorm).
+Every function takes the parameters' dtype (float32, or float64 with x64 on). Two opt-in switches:
+    compute_dtype=jnp.bfloat16  matmul inputs rounded to bfloat16, products summed in float32; everything
+                                between matmuls (LayerNorm, softmax, the loss) stays in the parameters' dtype
+    fast=True                   the matmuls, LayerNorm and GELU of jax_backend/fast/ (custom derivative
+                                rules that make XLA:CPU faster; reverse-mode autodiff only)
 """
 
 from __future__ import annotations
 
-import math
-
 import jax
 import jax.numpy as jnp
 
-from .matmul import canonical_compute_dtype, matmul  # noqa: F401  (canonical_compute_dtype: re-exported)
+from .fast import layers as fast_layers
+from .fast import matmul as fast_matmul
 
-LAYER_NORM_EPS = 1e-6
-
-
-def dense(x, layer: dict, compute_dtype=None):
-    """x @ w + b over the last axis: (..., n_in) -> (..., n_out); weights are stored (in, out)."""
-    return matmul("...i,io->...o", x, layer["w"], compute_dtype) + layer["b"]
+LAYERNORM_EPS = 1e-6
 
 
-def layer_norm(x, norm: dict):
-    """LayerNorm over the last axis: biased variance, eps 1e-6, learned scale and bias."""
-    return normalize(x) * norm["scale"] + norm["bias"]
+def canonical_compute_dtype(compute_dtype):
+    """None, or the numpy dtype of a floating type (jnp.bfloat16, "bfloat16", np.float16, ...)."""
+    if compute_dtype is None:
+        return None
+    try:
+        dtype = jnp.dtype(compute_dtype)
+    except TypeError:
+        raise ValueError(f"compute_dtype must be None or a floating dtype such as jnp.bfloat16, "
+                         f"got {compute_dtype!r}") from None
+    if not jnp.issubdtype(dtype, jnp.floating):
+        raise ValueError(f"compute_dtype must be a floating dtype such as jnp.bfloat16, got {dtype}")
+    return dtype
 
 
-@jax.custom_jvp
-def normalize(x):
-    """(x - mean) / sqrt(variance + eps) over the last axis."""
-    mean = jnp.mean(x, axis=-1, keepdims=True)
-    return (x - mean) * jax.lax.rsqrt(jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True) + LAYER_NORM_EPS)
+def matmul(equation: str, a, b, compute_dtype=None, fast=False):
+    """`jnp.einsum(equation, a, b)`, the result in a and b's dtype; with a compute_dtype the inputs are
+    rounded to it and the products summed in float32 (or wider)."""
+    if fast:
+        return fast_matmul.matmul(equation, a, b, compute_dtype)
+    if compute_dtype is None:
+        return jnp.einsum(equation, a, b)
+    dtype = jnp.result_type(a, b)
+    summed = jnp.promote_types(dtype, jnp.float32)
+    return jnp.einsum(equation, a.astype(compute_dtype), b.astype(compute_dtype),
+                      preferred_element_type=summed).astype(dtype)
 
 
-@normalize.defjvp
-def _normalize_jvp(primals, tangents):
-    (x,), (x_dot,) = primals, tangents
-    mean = jnp.mean(x, axis=-1, keepdims=True)
-    rstd = jax.lax.rsqrt(jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True) + LAYER_NORM_EPS)
-    out = (x - mean) * rstd
-    # d out = rstd (dx - mean(dx) - out mean(dx out)): the mean and the variance move with x too.
-    centred = x_dot - jnp.mean(x_dot, axis=-1, keepdims=True)
-    return out, rstd * (centred - out * jnp.mean(x_dot * out, axis=-1, keepdims=True))
+def dense(x, params: dict, compute_dtype=None, fast=False):
+    """x @ w + b with w stored (in, out); x is (..., in), any leading axes."""
+    return matmul("...i,io->...o", x, params["w"], compute_dtype, fast) + params["b"]  # (..., out)
 
 
-def scale_only_layer_norm(x, scale):
-    """qk-layernorm (ViT-22B): LayerNorm over the head width with a learned scale (Dh,) and no bias."""
-    return normalize(x) * scale
-
-
-GELU_C = math.sqrt(2 / math.pi)
-
-
-@jax.custom_jvp
-def gelu(x):
-    """GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (the SPEC's form)."""
-    return jax.nn.gelu(x, approximate=True)
-
-
-@gelu.defjvp
-def _gelu_jvp(primals, tangents):
-    (x,), (x_dot,) = primals, tangents
-    tanh = jnp.tanh(GELU_C * (x + 0.044715 * x**3))
-    slope = 0.5 * (1 + tanh) + 0.5 * x * (1 - jnp.square(tanh)) * GELU_C * (1 + 3 * 0.044715 * jnp.square(x))
-    return 0.5 * x * (1 + tanh), slope * x_dot
-
-
-def mlp(x, params: dict, activation: str, compute_dtype=None):
-    """The feed-forward block (B, T, D) -> (B, T, D).
-
-    gelu / relu: fc2(act(fc1(x))).  softmax: fc2(softmax over the M hidden units of fc1(x)) -- a
-    key-value memory read (Shen et al. 2023).  softmax_ln: LayerNorm(that read), with params["ln"].
-    """
-    hidden = dense(x, params["fc1"], compute_dtype)  # (B, T, M)
-    if activation == "gelu":
-        hidden = gelu(hidden)
-    elif activation == "relu":
-        hidden = jax.nn.relu(hidden)  # derivative 0 at exactly 0, like the NumPy backend
-    elif activation in ("softmax", "softmax_ln"):
-        hidden = jax.nn.softmax(hidden, axis=-1)
+def layernorm(x, params: dict, fast=False):
+    """LayerNorm over the last axis: biased variance, eps 1e-6, learned scale, and a bias when params has
+    one (qk-norm's LayerNorm has a scale only)."""
+    if fast:
+        out = fast_layers.normalize(x, LAYERNORM_EPS)  # (..., F)
     else:
-        raise ValueError(f"unknown mlp_activation {activation!r}")
-    out = dense(hidden, params["fc2"], compute_dtype)  # (B, T, D)
-    if activation == "softmax_ln":
-        out = layer_norm(out, params["ln"])
-    return out
+        mean = jnp.mean(x, axis=-1, keepdims=True)  # (..., 1)
+        out = (x - mean) * jax.lax.rsqrt(jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True) + LAYERNORM_EPS)
+    out = out * params["scale"]  # (..., F)
+    return out + params["bias"] if "bias" in params else out
+
+
+def gelu(x, fast=False):
+    """GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+    return fast_layers.gelu(x) if fast else jax.nn.gelu(x, approximate=True)
+
+
+def relu(x):
+    """max(x, 0), with derivative 0 at exactly 0 (like the NumPy backend)."""
+    return jax.nn.relu(x)
+
+
+def silu(x):
+    """x * sigmoid(x), the gate's activation."""
+    return jax.nn.silu(x)
+
+
+def softmax(x):
+    """Softmax over the last axis."""
+    return jax.nn.softmax(x, axis=-1)
+
+
+def targets_from_labels(labels, num_classes, label_smoothing=0.0, dtype=jnp.float32):
+    """(B,) integer labels or (B, K) probabilities -> (B, K) targets, smoothed as
+    (1 - label_smoothing) * targets + label_smoothing / K."""
+    if labels.ndim == 1:
+        targets = jax.nn.one_hot(labels, num_classes, dtype=dtype)  # (B, K)
+    else:
+        targets = labels.astype(dtype)  # (B, K) soft targets (mixup)
+    return (1.0 - label_smoothing) * targets + label_smoothing / num_classes  # (B, K)
+
+
+def cross_entropy(logits, targets):
+    """Mean over the batch of -sum_k targets * log_softmax(logits)."""
+    log_probs = jax.nn.log_softmax(logits, axis=-1)  # (B, K)
+    return -jnp.mean(jnp.sum(targets * log_probs, axis=-1))

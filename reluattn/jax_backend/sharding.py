@@ -7,7 +7,7 @@ optimizer state replicated.
     for images, labels in batches:                        # host-local NumPy arrays
         params, opt_state, metrics = step(params, opt_state, *shard_batch((images, labels), mesh))
 
-The step is the same pure function as the single-device one (`train.make_train_step`): the loss is the
+The step is the same pure function as the single-device one (`optim.make_train_step`): the loss is the
 mean over the global batch, so when XLA partitions the jitted step along the batch it inserts the
 all-reduce of the gradients itself; every device then applies the same update to its replica.
 
@@ -32,8 +32,9 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from ..checks import check_label_smoothing, check_optimizer_state
 from ..config import OptimizerConfig, ViTConfig
-from .model import canonical_compute_dtype, check_inputs
-from .train import make_train_step
+from .layers import canonical_compute_dtype
+from .model import check_inputs
+from .optim import make_train_step
 
 DATA_AXIS = "data"
 
@@ -75,32 +76,33 @@ def shard_batch(batch, mesh: Mesh):
 
 
 def make_sharded_train_step(mesh: Mesh, cfg: ViTConfig, opt_cfg: OptimizerConfig, *, label_smoothing=0.0,
-                            compute_dtype=None, augment=None):
-    """`train.make_train_step`, jitted with the batch sharded over `mesh` and params / optimizer state /
+                            compute_dtype=None, augment=None, fast=False):
+    """`optim.make_train_step`, jitted with the batch sharded over `mesh` and params / optimizer state /
     metrics replicated; params and opt_state are donated. Call it with arrays from `replicate` and
     `shard_batch` (anything else is moved to those shardings first, at a cost). With `augment`, the step
     also takes a `key` (replicated)."""
     step = make_train_step(cfg, opt_cfg, label_smoothing=label_smoothing, compute_dtype=compute_dtype,
-                           augment=augment)
+                           augment=augment, fast=fast)
     whole, split = replicated(mesh), batch_sharded(mesh)
     in_shardings = (whole, whole, split, split) + ((whole,) if augment is not None else ())
     return jax.jit(step, in_shardings=in_shardings, out_shardings=(whole, whole, whole), donate_argnums=(0, 1))
 
 
 def sharded_train_step(params, opt_state, images, labels, cfg: ViTConfig, opt_cfg: OptimizerConfig, *,
-                       mesh: Mesh | None = None, label_smoothing=0.0, compute_dtype=None):
+                       mesh: Mesh | None = None, label_smoothing=0.0, compute_dtype=None, fast=False):
     """One data-parallel step on a host-local batch: checks it, shards it over `mesh` (default: all
     devices) and runs the cached sharded step. Returns `(params, opt_state, metrics)` replicated."""
     check_label_smoothing(label_smoothing)
     check_inputs(params, images, cfg, labels)
     check_optimizer_state(opt_state, params)
     mesh = data_mesh() if mesh is None else mesh
-    step = _cached_sharded_step(mesh, cfg, opt_cfg, float(label_smoothing), canonical_compute_dtype(compute_dtype))
+    step = _cached_sharded_step(mesh, cfg, opt_cfg, float(label_smoothing), canonical_compute_dtype(compute_dtype),
+                                bool(fast))
     images, labels = shard_batch((images, labels), mesh)
     return step(params, opt_state, images, labels)
 
 
 @functools.lru_cache(maxsize=16)
-def _cached_sharded_step(mesh, cfg, opt_cfg, label_smoothing, compute_dtype):
+def _cached_sharded_step(mesh, cfg, opt_cfg, label_smoothing, compute_dtype, fast):
     return make_sharded_train_step(mesh, cfg, opt_cfg, label_smoothing=label_smoothing,
-                                   compute_dtype=compute_dtype)
+                                   compute_dtype=compute_dtype, fast=fast)

@@ -1,6 +1,6 @@
 """The small layers of the ViT, each a forward/backward pair (shapes: see the legend in __init__.py).
 
-    out, cache = name_forward(x, ...)       cache: a tuple of arrays, nothing else
+    out, cache = name_forward(x, ...)       cache: a NamedTuple of arrays, nothing else
     dx, grads  = name_backward(dout, cache) grads: a dict shaped like the layer's parameters
 
 Every backward is checked against finite differences in tests/test_numpy_layers.py.
@@ -9,6 +9,7 @@ Every backward is checked against finite differences in tests/test_numpy_layers.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -16,15 +17,52 @@ LAYERNORM_EPS = 1e-6
 GELU_C = math.sqrt(2.0 / math.pi)  # the tanh approximation's constant (a Python float keeps float32 float32)
 
 
+# ------------------------------------------------------------------------------------------------ caches
+
+class DenseCache(NamedTuple):
+    x: np.ndarray        # (..., in) the input
+    w: np.ndarray        # (in, out) the weight
+
+
+class LayerNormCache(NamedTuple):
+    x_hat: np.ndarray    # (..., F) the normalised input
+    inv_std: np.ndarray  # (..., 1) 1 / sqrt(variance + eps)
+    scale: np.ndarray    # (F,) the learned scale
+
+
+class GeluCache(NamedTuple):
+    x: np.ndarray        # (..., F) the input
+    tanh_u: np.ndarray   # (..., F) tanh(sqrt(2/pi) (x + 0.044715 x^3)), kept from the forward
+
+
+class ReluCache(NamedTuple):
+    x: np.ndarray        # (..., F) the input
+
+
+class SiluCache(NamedTuple):
+    x: np.ndarray        # (..., F) the input
+    sig: np.ndarray      # (..., F) sigmoid(x)
+
+
+class SoftmaxCache(NamedTuple):
+    out: np.ndarray      # (..., F) the softmax itself
+
+
+class CrossEntropyCache(NamedTuple):
+    log_probs: np.ndarray  # (B, K) log_softmax(logits)
+    targets: np.ndarray    # (B, K) target probabilities
+
+
 # ----------------------------------------------------------------------------------------------- dense
 
 def dense_forward(x, params):
     """x @ w + b with w stored (in, out); x is (..., in), any leading axes."""
     out = x @ params["w"] + params["b"]  # (..., out)
-    return out, (x, params["w"])
+    return out, DenseCache(x, params["w"])
 
 
 def dense_backward(dout, cache):
+    """Returns (dx (..., in), {"w": dw (in, out), "b": db (out,)})."""
     x, w = cache
     # Differentiates out = x @ w + b; leading axes are folded so dw is one matrix product.
     dx = dout @ w.T  # (..., in)
@@ -45,10 +83,11 @@ def layernorm_forward(x, params, eps=LAYERNORM_EPS):
     out = x_hat * params["scale"]  # (..., F)
     if "bias" in params:
         out = out + params["bias"]  # (..., F)
-    return out, (x_hat, inv_std, params["scale"])
+    return out, LayerNormCache(x_hat, inv_std, params["scale"])
 
 
 def layernorm_backward(dout, cache):
+    """Returns (dx (..., F), {"scale": (F,), "bias": (F,)})."""
     x_hat, inv_std, scale = cache
     # Differentiates out = x_hat * scale + bias: parameter grads sum over every leading axis.
     features = x_hat.shape[-1]
@@ -85,20 +124,22 @@ def gelu_derivative(x, tanh_u=None):
 
 def gelu_forward(x):
     tanh_u = np.tanh(GELU_C * (x + 0.044715 * x * x * x))  # (..., F), kept for the backward
-    return 0.5 * x * (1.0 + tanh_u), (x, tanh_u)  # (..., F)
+    return 0.5 * x * (1.0 + tanh_u), GeluCache(x, tanh_u)  # (..., F)
 
 
 def gelu_backward(dout, cache):
+    """Returns dx (..., F)."""
     x, tanh_u = cache
     # Differentiates out = gelu(x).
     return dout * gelu_derivative(x, tanh_u)  # (..., F)
 
 
 def relu_forward(x):
-    return np.maximum(x, 0.0), (x,)  # (..., F)
+    return np.maximum(x, 0.0), ReluCache(x)  # (..., F)
 
 
 def relu_backward(dout, cache):
+    """Returns dx (..., F)."""
     (x,) = cache
     # Differentiates out = max(x, 0); the derivative at exactly 0 is taken to be 0.
     return dout * (x > 0)  # (..., F)
@@ -107,10 +148,11 @@ def relu_backward(dout, cache):
 def silu_forward(x):
     """x * sigmoid(x), the gate's activation."""
     sig = sigmoid(x)  # (..., F)
-    return x * sig, (x, sig)  # (..., F)
+    return x * sig, SiluCache(x, sig)  # (..., F)
 
 
 def silu_backward(dout, cache):
+    """Returns dx (..., F)."""
     x, sig = cache
     # Differentiates out = x * sigmoid(x): sigmoid' = sig (1 - sig).
     return dout * sig * (1.0 + x * (1.0 - sig))  # (..., F)
@@ -126,10 +168,11 @@ def softmax(x):
 
 def softmax_forward(x):
     out = softmax(x)  # (..., F)
-    return out, (out,)
+    return out, SoftmaxCache(out)
 
 
 def softmax_backward(dout, cache):
+    """Returns dx (..., F)."""
     (out,) = cache
     # Differentiates out = softmax(x): the Jacobian diag(out) - out out^T applied to dout.
     return out * (dout - (dout * out).sum(axis=-1, keepdims=True))  # (..., F)
@@ -155,10 +198,11 @@ def cross_entropy_forward(logits, targets):
     shifted = logits - logits.max(axis=-1, keepdims=True)  # (B, K)
     log_probs = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))  # (B, K)
     loss = -(targets * log_probs).sum(axis=-1).mean()
-    return float(loss), (log_probs, targets)
+    return float(loss), CrossEntropyCache(log_probs, targets)
 
 
 def cross_entropy_backward(dloss, cache):
+    """Returns dlogits (B, K)."""
     log_probs, targets = cache
     # Differentiates the batch mean of -sum_k t_k log_softmax(z)_k = (sum_k t_k) logsumexp(z) - sum_k t_k z_k.
     batch = log_probs.shape[0]

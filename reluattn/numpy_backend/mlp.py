@@ -9,8 +9,11 @@ values, and act(x W1 + b1) says how much of each slot is read. The activations:
 
 from __future__ import annotations
 
-from .layers import (dense_backward, dense_forward, gelu_backward, gelu_forward, layernorm_backward,
-                     layernorm_forward, relu_backward, relu_forward, softmax_backward, softmax_forward)
+from typing import NamedTuple
+
+from .layers import (DenseCache, LayerNormCache, dense_backward, dense_forward, gelu_backward, gelu_forward,
+                     layernorm_backward, layernorm_forward, relu_backward, relu_forward, softmax_backward,
+                     softmax_forward)
 
 ACTIVATIONS = {  # name -> (forward, backward) of the point-wise (or over-M) activation
     "gelu": (gelu_forward, gelu_backward),
@@ -18,6 +21,13 @@ ACTIVATIONS = {  # name -> (forward, backward) of the point-wise (or over-M) act
     "softmax": (softmax_forward, softmax_backward),
     "softmax_ln": (softmax_forward, softmax_backward),
 }
+
+
+class MlpCache(NamedTuple):
+    fc1: DenseCache
+    activation: tuple              # the activation's own cache (GeluCache, ReluCache or SoftmaxCache)
+    fc2: DenseCache
+    ln: LayerNormCache | None      # None unless softmax_ln
 
 
 def mlp_forward(x, params, activation):
@@ -28,15 +38,15 @@ def mlp_forward(x, params, activation):
     hidden, fc1_cache = dense_forward(x, params["fc1"])  # (B, T, M)
     read, activation_cache = activation_forward(hidden)  # (B, T, M), softmax: over the M slots
     out, fc2_cache = dense_forward(read, params["fc2"])  # (B, T, D)
-    ln_cache = ()  # nothing cached without the LayerNorm
+    ln_cache = None  # nothing cached without the LayerNorm
     if activation == "softmax_ln":
         # Softmax reads have small variance; the LayerNorm restores their scale (Shen et al. 2023).
         out, ln_cache = layernorm_forward(out, params["ln"])  # (B, T, D)
-    return out, (fc1_cache, activation_cache, fc2_cache, ln_cache)
+    return out, MlpCache(fc1_cache, activation_cache, fc2_cache, ln_cache)
 
 
 def mlp_backward(dout, cache, activation):
-    """Returns dx (B, T, D) and the gradients of the MLP's parameters."""
+    """Returns (dx (B, T, D), grads of the MLP's parameters {"fc1", "fc2", ["ln"]})."""
     fc1_cache, activation_cache, fc2_cache, ln_cache = cache
     _, activation_backward = ACTIVATIONS[activation]
     grads = {}

@@ -5,21 +5,41 @@
 
 `apply` and `loss_and_grad` are the public entry points; they check their input and compute in the
 parameters' dtype (float64 parameters: float64 throughout, which is what the gradient tests use).
-With cfg.attention.impl == "blocked" the attention forward walks key blocks and the backward recomputes
-the dense weights (see multihead_attention.py); the blocks' weights slot in `forward` is then None.
+The attention core is always the dense one (cfg.attention.impl is a memory strategy of the JAX backend;
+the values are the same).
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 
 from ..checks import check_call, check_label_smoothing
 from ..config import ViTConfig
 from ..params import tree_leaves, tree_map
-from .layers import (cross_entropy_backward, cross_entropy_forward, dense_backward, dense_forward,
-                     layernorm_backward, layernorm_forward, targets_from_labels)
-from .mlp import mlp_backward, mlp_forward
-from .multihead_attention import self_attention_backward, self_attention_forward
+from .layers import (DenseCache, LayerNormCache, cross_entropy_backward, cross_entropy_forward, dense_backward,
+                     dense_forward, layernorm_backward, layernorm_forward, targets_from_labels)
+from .mlp import MlpCache, mlp_backward, mlp_forward
+from .multihead_attention import SelfAttentionCache, self_attention_backward, self_attention_forward
+
+
+class EmbedCache(NamedTuple):
+    patch_embed: DenseCache
+
+
+class BlockCache(NamedTuple):
+    ln1: LayerNormCache
+    attn: SelfAttentionCache
+    ln2: LayerNormCache
+    mlp: MlpCache
+
+
+class ModelCache(NamedTuple):
+    embed: EmbedCache
+    blocks: list          # one BlockCache per block
+    ln_f: LayerNormCache
+    head: DenseCache
 
 
 # ------------------------------------------------------------------------------------------ embedding
@@ -40,10 +60,11 @@ def embed_forward(images, params, cfg):
     if cfg.pool == "cls":
         cls = np.broadcast_to(params["cls_token"], (tokens.shape[0], 1, cfg.dim))  # (B, 1, D)
         tokens = np.concatenate([cls, tokens], axis=1)  # (B, T, D), the class token is token 0
-    return tokens + params["pos_embed"], (patch_cache,)  # (B, T, D)
+    return tokens + params["pos_embed"], EmbedCache(patch_cache)  # (B, T, D)
 
 
 def embed_backward(dtokens, cache, cfg):
+    """Returns the grads {"pos_embed", ["cls_token"], "patch_embed"} (the images need no gradient)."""
     (patch_cache,) = cache
     # Differentiates tokens + pos_embed: the position embedding is shared by the batch.
     grads = {"pos_embed": dtokens.sum(axis=0)}  # (T, D)
@@ -65,10 +86,11 @@ def block_forward(x, params, cfg):
     x = x + attended  # (B, T, D)
     normed, ln2_cache = layernorm_forward(x, params["ln2"])  # (B, T, D)
     mixed, mlp_cache = mlp_forward(normed, params["mlp"], cfg.mlp_activation)  # (B, T, D)
-    return x + mixed, weights, (ln1_cache, attn_cache, ln2_cache, mlp_cache)
+    return x + mixed, weights, BlockCache(ln1_cache, attn_cache, ln2_cache, mlp_cache)
 
 
 def block_backward(dout, cache, cfg):
+    """Returns (dx (B, T, D), grads {"ln1", "attn", "ln2", "mlp"})."""
     ln1_cache, attn_cache, ln2_cache, mlp_cache = cache
     grads = {}
     # Differentiates x + mlp(LN2(x)): the residual passes dout straight through, plus the MLP path.
@@ -84,8 +106,7 @@ def block_backward(dout, cache, cfg):
 # ------------------------------------------------------------------------------------------ the model
 
 def forward(params, images, cfg):
-    """Logits (B, K), the attention weights of every block [(B, H, T, T), None with impl="blocked"] and
-    the cache for `backward`.
+    """Logits (B, K), the attention weights of every block [(B, H, T, T)] and the cache for `backward`.
     No input checks here: `apply` and `loss_and_grad` do them."""
     x, embed_cache = embed_forward(images, params, cfg)  # (B, T, D)
     block_caches, attention_weights = [], []
@@ -96,11 +117,11 @@ def forward(params, images, cfg):
     x, ln_f_cache = layernorm_forward(x, params["ln_f"])  # (B, T, D)
     pooled = x[:, 0] if cfg.pool == "cls" else x.mean(axis=1)  # (B, D), class token or mean of tokens
     logits, head_cache = dense_forward(pooled, params["head"])  # (B, K)
-    return logits, attention_weights, (embed_cache, block_caches, ln_f_cache, head_cache)
+    return logits, attention_weights, ModelCache(embed_cache, block_caches, ln_f_cache, head_cache)
 
 
 def backward(dlogits, cache, cfg):
-    """The gradients of every parameter, in the same tree as the parameters."""
+    """Returns the gradients of every parameter, in the same tree as the parameters."""
     embed_cache, block_caches, ln_f_cache, head_cache = cache
     grads = {}
     # Differentiates logits = dense(pooled, head).
@@ -138,9 +159,6 @@ def apply(params, images, cfg, *, return_attention=False):
     """Logits (B, K) for images (B, S, S, C); with return_attention=True, (logits, [weights (B, H, T, T)
     of each block])."""
     params, images = _prepare(params, images, cfg)
-    if return_attention and cfg.attention.impl == "blocked":
-        # The blocked core never makes the (B, H, T, T) weights; asking for them means the dense core.
-        cfg = cfg.replace(attention=cfg.attention.replace(impl="dense"))
     logits, attention_weights, _ = forward(params, images, cfg)
     return (logits, attention_weights) if return_attention else logits
 

@@ -1,4 +1,5 @@
-"""Blocked attention in JAX: forward and backward one (query block x key block) tile at a time.
+"""The tiled blocked attention behind long_sequences.blocked_attention (impl="blocked"): forward and
+backward one (query block x key block) tile at a time.
 
 Shapes: B batch, H heads, T queries, L keys (= T in self-attention), Dh head width; N = B * H heads in
 all, G of them per step; a tile holds bq queries and bk keys. Nothing here holds a T x L array: the
@@ -18,7 +19,9 @@ are zero-padded to whole blocks: a zero key row with a zero value row adds nothi
 and padded queries are cut off at the end, so only softmax (whose normaliser would count padded keys)
 and causal attention need masks. Causal attention visits only the tiles on or below the diagonal.
 
-Speed on CPU (docs/performance.md): heads are walked G at a time with G * bq * bk about 512 * 512, so a
+Why a hand-written backward and this tiling: docs/performance.md, "Blocked attention" > "Where the time
+goes, and what made it fast" (autodiff of the loops would save every tile's weights, the O(T L) memory
+this exists to avoid). Speed on CPU: heads are walked G at a time with G * bq * bk about 512 * 512, so a
 tile's score, weight and gradient arrays stay in the core's L2 cache between the matmul that writes them
 and the one that reads them; and every matmul reads its left operand row by row (the layouts XLA:CPU
 gives to its fast YNNPACK kernels). That is why the backward computes its tiles keys-first, s^T = k q^T.
@@ -38,14 +41,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ..checks import CAUSAL_LENGTHS
-from .attention import POINTWISE  # h(s) of the point-wise kinds, shared with the dense path
+from ...checks import CAUSAL_LENGTHS
+from ..attention_weights import length_factor, pointwise  # h(s) and scale * n^-alpha, shared with the dense path
 
-DEFAULT_BLOCK_SIZE = 1024  # keys per tile when neither the call nor AttentionConfig.block_size gives one
 DEFAULT_QUERY_BLOCK_SIZE = 1024  # queries per tile when the call gives none ...
 HALF_PRECISION_QUERY_BLOCK_SIZE = 512  # ... and with bfloat16 matmuls past one tile (docs/performance.md)
 TILE_ELEMENTS = 512 * 512  # heads per step G: as many as keep G * bq * bk at about this many scores
-
 
 
 class Plan(NamedTuple):
@@ -94,9 +95,7 @@ def _length_factor(plan, counts):
     """c_i, what multiplies query i's summed read: scale * n_i^-alpha (sigmoid_bias: scale; softmax: 1)."""
     if plan.kind == "softmax":
         return jnp.ones_like(counts)
-    if plan.kind == "sigmoid_bias":
-        return jnp.full_like(counts, plan.scale)
-    return plan.scale * counts ** -plan.alpha  # (bq,)
+    return length_factor(plan, counts)  # (bq,)
 
 
 def _visible(plan, query_start, key_start, keys_first=False):
@@ -115,11 +114,11 @@ def _visible(plan, query_start, key_start, keys_first=False):
 def _pointwise_weights(plan, scores, query_start, key_start, keys_first=False):
     """h(s) of a (G, bq, bk) tile ((G, bk, bq) when keys_first), hidden keys set to 0 (the length factor
     comes later)."""
-    if plan.kind == "sigmoid_bias":
-        log_counts = jnp.log(_visible_key_counts(plan, query_start, plan.query_block, scores.dtype))  # (bq,)
-        weights = jax.nn.sigmoid(scores - (log_counts if keys_first else log_counts[:, None]))
-    else:
-        weights = POINTWISE[plan.kind](scores)
+    counts = None
+    if plan.kind == "sigmoid_bias":  # its h reads n_i: sigmoid(s - log n_i)
+        counts = _visible_key_counts(plan, query_start, plan.query_block, scores.dtype)  # (bq,)
+        counts = counts if keys_first else counts[:, None]
+    weights = pointwise(plan.kind, scores, counts)
     visible = _visible(plan, query_start, key_start, keys_first)
     return weights if visible is None else jnp.where(visible, weights, 0.0)
 
@@ -309,7 +308,7 @@ def _largest_divisor_at_most(n, limit):
     return max(d for d in range(1, min(n, max(limit, 1)) + 1) if n % d == 0)
 
 
-def make_plan(attn_cfg, num_queries, num_keys, num_heads=1, *, block_size=None, query_block_size=None,
+def make_plan(attn_cfg, num_queries, num_keys, num_heads=1, *, block_size, query_block_size=None,
               heads_per_step=None, causal=False, causal_length="per_query", compute_dtype=None,
               input_dtype=jnp.float32) -> Plan:
     """The static description of a call: block sizes clipped to the sequence lengths, and the heads per
@@ -318,8 +317,6 @@ def make_plan(attn_cfg, num_queries, num_keys, num_heads=1, *, block_size=None, 
         raise ValueError(f"causal_length must be one of {', '.join(CAUSAL_LENGTHS)}; got {causal_length!r}")
     if causal and num_queries != num_keys:
         raise ValueError(f"causal attention needs as many queries as keys, got {num_queries} and {num_keys}")
-    if block_size is None:
-        block_size = attn_cfg.block_size or DEFAULT_BLOCK_SIZE
     if query_block_size is None:
         # bfloat16 matmuls are ~3x faster, so the float32 score tiles weigh more: smaller ones do better.
         half = jnp.dtype(compute_dtype or input_dtype).itemsize < 4 and num_queries > DEFAULT_QUERY_BLOCK_SIZE
@@ -347,12 +344,12 @@ def _padded_steps(x, rows, heads_per_step):
     return x if heads_per_step == 1 else x.reshape(batch * heads // heads_per_step, heads_per_step, rows, head_dim)
 
 
-def blocked_attention(q, k, v, attn_cfg, *, block_size=None, query_block_size=None, causal=False,
+def blocked_attention(q, k, v, attn_cfg, *, block_size, query_block_size=None, causal=False,
                       causal_length="per_query", compute_dtype=None, heads_per_step=None):
     """q (B, T, H, Dh), k and v (B, L, H, Dh) -> (B, T, H, Dh), the same values as dense attention,
     with O((T + L) Dh + G bq bk) memory in the forward and the backward. Traceable (call it under jit).
 
-    block_size: keys per tile (default attn_cfg.block_size, else DEFAULT_BLOCK_SIZE);
+    block_size: keys per tile (long_sequences.blocked_attention picks the default);
     query_block_size: queries per tile (default 1024; 512 with bfloat16 matmuls on more than 1024 queries);
     causal: query i sees keys j <= i, n_i = i + 1 (causal_length="per_query") or L ("global");
     compute_dtype: e.g. jnp.bfloat16 for bfloat16 matmul inputs with float32 accumulation;

@@ -1,6 +1,6 @@
 """Where the time of one ViT training step goes: XLA:CPU's own per-op timings, and the matmul peak beside it.
 
-    PYTHONPATH=. python benchmarks/train_step_profile.py [--dtype float32|bfloat16] [--kind relu]
+    PYTHONPATH=. python benchmarks/investigations/train_step_profile.py [--dtype float32|bfloat16] [--kind relu]
 
 The SPEC reference model (ViT 192 wide, 6 deep, 3 heads, MLP 384, patch 4, batch 128): one jitted
 `make_train_step` (forward, backward, AdamW), traced over --calls calls with jax.profiler as in
@@ -20,7 +20,7 @@ import collections
 import math
 import os
 import re
-import time
+import sys
 from pathlib import Path
 
 import jax
@@ -29,7 +29,11 @@ import numpy as np
 
 import reluattn as ra
 from reluattn.config import ATTENTION_KINDS
-from attention_profile import op_times, print_tables, trace_events
+from reluattn.jax_backend.fast import cpu_setup
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for the shared timer
+from attention_profile import op_times, print_tables, trace_events  # noqa: E402
+from timing import best_seconds, timed  # noqa: E402
 
 
 MOVING_DATA = {"parameter", "constant", "bitcast", "copy", "transpose", "broadcast", "concatenate", "slice",
@@ -98,23 +102,14 @@ def _shape(text):
     return dtype, tuple(int(d) for d in dims.split(",") if d)
 
 
-def best_seconds(call, calls) -> float:
-    """The fastest of `calls` timed calls of `call()`, after one untimed warm-up call."""
-    call()
-    best = float("inf")
-    for _ in range(calls):
-        start = time.perf_counter()
-        call()
-        best = min(best, time.perf_counter() - start)
-    return best
-
-
 def lone_gflops(matmul: Matmul, calls=10) -> float:
     """GFLOP/s of the same dot_general jitted alone (float32 result, as in the step), best of `calls`."""
     dtype = {"bf16": jnp.bfloat16, "f32": jnp.float32, "f64": jnp.float64}[matmul.dtype]
     lhs, rhs = jnp.ones(matmul.lhs, dtype), jnp.ones(matmul.rhs, dtype)
     product = jax.jit(lambda a, b: jax.lax.dot_general(a, b, matmul.dimensions, preferred_element_type=jnp.float32))
-    return matmul.flops / best_seconds(lambda: jax.block_until_ready(product(lhs, rhs)), calls) / 1e9
+    call = lambda: jax.block_until_ready(product(lhs, rhs))  # noqa: E731
+    call()  # compile
+    return matmul.flops / best_seconds(call, calls) / 1e9
 
 
 def lone_torch_gflops(matmul: Matmul, calls=10):
@@ -137,6 +132,7 @@ def lone_torch_gflops(matmul: Matmul, calls=10):
     dtype = {"bf16": torch.bfloat16, "f32": torch.float32, "f64": torch.float64}[matmul.dtype]
     torch.set_num_threads(2)
     lhs, rhs = torch.ones(matmul.lhs, dtype=dtype), torch.ones(matmul.rhs, dtype=dtype)
+    torch.einsum(equation, lhs, rhs)  # warm up
     return matmul.flops / best_seconds(lambda: torch.einsum(equation, lhs, rhs), calls) / 1e9
 
 
@@ -155,10 +151,8 @@ def matmul_peak(dtype, size=1024, calls=20) -> float:
     a = jnp.ones((size, size), dtype)
     product = jax.jit(lambda a, b: jnp.matmul(a, b, preferred_element_type=jnp.float32))
     jax.block_until_ready(product(a, a))
-    start = time.perf_counter()
-    for _ in range(calls):
-        jax.block_until_ready(product(a, a))
-    return 2 * size ** 3 * calls / (time.perf_counter() - start) / 1e9
+    seconds = timed(lambda: [jax.block_until_ready(product(a, a)) for _ in range(calls)])
+    return 2 * size ** 3 * calls / seconds / 1e9
 
 
 def torch_matmul_peak(dtype_name, size=1024, calls=20):
@@ -168,10 +162,8 @@ def torch_matmul_peak(dtype_name, size=1024, calls=20):
         return None
     a = torch.ones((size, size), dtype=getattr(torch, dtype_name))
     a @ a
-    start = time.perf_counter()
-    for _ in range(calls):
-        a @ a
-    return 2 * size ** 3 * calls / (time.perf_counter() - start) / 1e9
+    seconds = timed(lambda: [a @ a for _ in range(calls)])
+    return 2 * size ** 3 * calls / seconds / 1e9
 
 
 def main(argv=None):
@@ -186,10 +178,11 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     jb = ra.backend("jax")
-    cfg = ra.ViTConfig().replace(attention=ra.AttentionConfig(kind=args.kind, alpha=1.0))  # SPEC reference model
+    cpu_setup.configure()  # as the trainer does, before anything starts XLA
+    cfg = ra.ViTConfig().replace(attention=ra.AttentionConfig(kind=args.kind, alpha=1.0))  # the reference model
     opt_cfg = ra.OptimizerConfig(total_steps=1000, warmup_steps=10)
     compute_dtype = None if args.dtype == "float32" else jnp.bfloat16
-    step = jax.jit(jb.make_train_step(cfg, opt_cfg, compute_dtype=compute_dtype))
+    step = jax.jit(jb.make_train_step(cfg, opt_cfg, compute_dtype=compute_dtype, fast=True))  # the presets' path
     rng = np.random.default_rng(0)
     params = jax.tree.map(jnp.asarray, ra.init_params(cfg, seed=0))
     arrays = [params, jb.init_optimizer(params, opt_cfg),
@@ -200,10 +193,7 @@ def main(argv=None):
     if args.hlo:
         args.hlo.write_text(hlo_text)
     matmuls, fusion_ops = library_matmuls(hlo_text), fused_ops(hlo_text)
-    start = time.perf_counter()
-    for _ in range(args.calls):
-        jax.block_until_ready(step(*arrays))
-    wall = (time.perf_counter() - start) / args.calls * 1e3
+    wall = timed(lambda: [jax.block_until_ready(step(*arrays)) for _ in range(args.calls)]) / args.calls * 1e3
     events = trace_events(step, arrays, args.calls)
     per_op = op_times(step, arrays, args.calls, events)
     per_category = collections.Counter()

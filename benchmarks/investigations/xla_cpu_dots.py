@@ -1,22 +1,26 @@
 """Which matmul layouts XLA:CPU runs fast: the tile products of blocked attention, timed one by one.
 
-    python benchmarks/xla_cpu_dots.py [--tile 1024] [--head-dim 64] [--heads 1] [--repeats 20]
+    python benchmarks/investigations/xla_cpu_dots.py [--tile 1024] [--head-dim 64] [--heads 1] [--repeats 20]
 
 For each einsum (heads g, queries q, keys k, head width d) it prints which kernel XLA chose -- a YNNPACK
 fusion ("ynn") or its generic dot ("eigen") -- and the GFLOP/s of the best of --repeats calls. XLA:CPU
 passes a dot to YNNPACK only when the left operand is read row by row (its contracted axis is its last),
 so the backward products with a transposed left operand, p^T dout and ds^T q, are slow when the tile is
 computed queries-first (g q k) and fast when it is computed keys-first (g k q). That is why the blocked
-backward computes s^T = k q^T (reluattn/jax_backend/blocked_attention.py).
+backward computes s^T = k q^T (reluattn/jax_backend/fast/blocked_attention.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import time
+import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for the shared timer
+from timing import best_seconds  # noqa: E402
 
 
 def main(argv=None):
@@ -50,11 +54,7 @@ def main(argv=None):
                                                                       preferred_element_type=jnp.float32))
         kernel = "ynn" if "__ynn_fusion" in product.lower(a, c).compile().as_text() else "eigen"
         product(a, c).block_until_ready()
-        best = float("inf")
-        for _ in range(args.repeats):
-            start = time.perf_counter()
-            product(a, c).block_until_ready()
-            best = min(best, time.perf_counter() - start)
+        best = best_seconds(lambda: product(a, c).block_until_ready(), args.repeats)
         print(f"| {name} | `{equation}` | {kernel} | {2 * g * b * b * d / best / 1e9:.0f} |")
 
 

@@ -1,4 +1,4 @@
-"""The optimizer (optax) and one jitted training step.
+"""AdamW with global-norm clipping and a warm-up + cosine schedule (optax), and one jitted training step.
 
 The optimizer is exactly the chain the `OptimizerConfig` docstring states, which the NumPy backend's
 AdamW reproduces:
@@ -38,7 +38,8 @@ import optax
 from ..checks import check_label_smoothing, check_optimizer_state
 from ..config import OptimizerConfig, ViTConfig
 from ..params import decay_mask
-from .model import canonical_compute_dtype, check_inputs, loss_and_logits
+from .layers import canonical_compute_dtype
+from .model import check_inputs, loss_and_logits
 
 
 def schedule(opt_cfg: OptimizerConfig) -> optax.Schedule:
@@ -108,9 +109,10 @@ def accuracy(logits, labels):
 
 
 def make_train_step(cfg: ViTConfig, opt_cfg: OptimizerConfig, *, label_smoothing=0.0, compute_dtype=None,
-                    augment=None):
+                    augment=None, fast=False):
     """The pure step function `step(params, opt_state, images, labels, key=None)` (not jitted).
 
+    fast=True: the speed paths of jax_backend/fast/ (what the training presets use).
     `augment`, if given, is a pure function `(key, images, labels) -> (images, labels)` run first inside
     the step (so it is compiled together with it); `key` is then a `jax.random` key the caller advances.
     """
@@ -122,7 +124,7 @@ def make_train_step(cfg: ViTConfig, opt_cfg: OptimizerConfig, *, label_smoothing
         if augment is not None:
             images, labels = augment(key, images, labels)
         (loss, logits), grads = jax.value_and_grad(loss_and_logits, has_aux=True)(
-            params, images, labels, cfg, label_smoothing, compute_dtype)
+            params, images, labels, cfg, label_smoothing, compute_dtype, fast=fast)
         params, opt_state, grad_norm, rate = adamw_update(params, grads, opt_state, opt_cfg)
         metrics = {"loss": loss, "accuracy": accuracy(logits, labels), "grad_norm": grad_norm, "learning_rate": rate}
         return params, opt_state, metrics
@@ -131,19 +133,19 @@ def make_train_step(cfg: ViTConfig, opt_cfg: OptimizerConfig, *, label_smoothing
 
 
 @functools.lru_cache(maxsize=32)
-def _jitted_train_step(cfg, opt_cfg, label_smoothing, compute_dtype):
-    step = make_train_step(cfg, opt_cfg, label_smoothing=label_smoothing, compute_dtype=compute_dtype)
+def _jitted_train_step(cfg, opt_cfg, label_smoothing, compute_dtype, fast):
+    step = make_train_step(cfg, opt_cfg, label_smoothing=label_smoothing, compute_dtype=compute_dtype, fast=fast)
     return jax.jit(step, donate_argnums=(0, 1))
 
 
 def train_step(params, opt_state, images, labels, cfg: ViTConfig, opt_cfg: OptimizerConfig, *,
-               label_smoothing=0.0, compute_dtype=None):
+               label_smoothing=0.0, compute_dtype=None, fast=False):
     """One AdamW step on one batch: `(params, opt_state, metrics)`, see the module docstring.
-    `params` and `opt_state` are donated (their buffers reused for the results)."""
+    `params` and `opt_state` are donated (their buffers reused for the results). fast: as in make_train_step."""
     if not isinstance(opt_cfg, OptimizerConfig):  # checked in the NumPy backend's order, so errors match
         raise ValueError(f"opt_cfg must be an OptimizerConfig, got {type(opt_cfg).__name__}")
     check_label_smoothing(label_smoothing)
     check_inputs(params, images, cfg, labels)
     check_optimizer_state(opt_state, params)
-    step = _jitted_train_step(cfg, opt_cfg, float(label_smoothing), canonical_compute_dtype(compute_dtype))
+    step = _jitted_train_step(cfg, opt_cfg, float(label_smoothing), canonical_compute_dtype(compute_dtype), bool(fast))
     return step(params, opt_state, images, labels)

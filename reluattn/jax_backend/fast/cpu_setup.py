@@ -1,10 +1,12 @@
-"""Process settings that make XLA fast on CPU, applied once when the JAX backend is imported.
+"""Process settings that make XLA fast on CPU: `configure()`, called by the trainer and the CLI (never on
+import; importing this module changes nothing).
 
 XLA:CPU allocates all of a jitted program's intermediate arrays as one block per call (about 0.5-0.7 GB
 for a training step of the reference ViT). glibc's malloc hands a block that large straight to the kernel
 (mmap) and gives it back on free, so every call touches fresh pages: on the reference model that was
 ~170,000 page faults and a quarter of the CPU time of each step spent in the kernel zeroing memory
-(docs/performance.md). Asking malloc to serve large blocks from its heap and keep them reuses the block.
+(docs/performance.md, "The ViT training step on CPU" > "What made it faster": malloc keeps XLA's
+per-call scratch memory). Asking malloc to serve large blocks from its heap and keep them reuses the block.
 
     RELUATTN_CPU_SETUP=0     leave the process alone (nothing below is done)
 
@@ -14,7 +16,7 @@ has not chosen through glibc's environment variables (MALLOC_ARENA_MAX, MALLOC_M
 MALLOC_TRIM_THRESHOLD_, MALLOC_TOP_PAD_): one malloc arena shared by all threads, no mmap for large
 blocks, no returning of freed heap memory to the system, and heap growth in 64 MiB steps. The cost:
 memory freed by the process is kept for reuse rather than returned to the system, so its resident size
-stays at its peak. The trainer imports this backend before it loads data, since decoding images starts
+stays at its peak. The trainer calls configure() before it loads data, since decoding images starts
 threads, and settings made after that do not reach every thread.
 """
 

@@ -1,16 +1,16 @@
 """The JAX backend on a GPU: training-step throughput and MFU, and attention forward + backward against
 cuDNN's fused softmax attention. Runs anywhere JAX runs (on a CPU only with --quick, to see it work).
 
-    PYTHONPATH=. python benchmarks/gpu_report.py              # on the GPU machine
-    PYTHONPATH=. python benchmarks/gpu_report.py --quick      # tiny sizes, any device
+    PYTHONPATH=. python benchmarks/investigations/gpu_report.py              # on the GPU machine
+    PYTHONPATH=. python benchmarks/investigations/gpu_report.py --quick      # tiny sizes, any device
 
-Part 1, the SPEC reference ViT (192 wide, 6 deep, 3 heads, MLP 384, patch 4; 0.752 GFLOP per image
-forward + backward): the jitted `train_step` (forward, backward, AdamW) at several batch sizes, float32
+Part 1, the reference ViT (192 wide, 6 deep, 3 heads, MLP 384, patch 4; 0.752 GFLOP per image
+forward + backward): the jitted `train_step` (forward, backward, AdamW; fast=True) at several batch sizes, float32
 and bfloat16 compute, relu/L and softmax. MFU = model FLOPs per second / the peak, where the peak is a
 large bfloat16 matmul measured in the same process (and, for reference, the datasheet's dense bfloat16
 rate when the device name is known). float32 matmuls run at XLA's default precision on the GPU.
 
-Part 2, on a GPU: the Pallas kernel (jax_backend/pallas_attention.py) against the dense path in float32,
+Part 2, on a GPU: the Pallas kernel (jax_backend/fast/pallas_attention.py) against the dense path in float32,
 every kind it supports (relative errors of the output and the three gradients).
 
 Part 3, attention alone (batch 1, 8 heads, head width 64, bfloat16 inputs): forward + backward of relu/L
@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import argparse
 import functools
-import statistics
-import time
+import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -33,18 +33,15 @@ import numpy as np
 
 import reluattn as ra
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/, for the shared timer
+import timing  # noqa: E402
+
 DATASHEET_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}  # dense, SXM parts
 
 
 def median_seconds(function, repeats: int, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        jax.block_until_ready(function())
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(function())
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    """timing.median_seconds of `function`, waiting for its result."""
+    return timing.median_seconds(lambda: jax.block_until_ready(function()), repeats, warmup)
 
 
 def matmul_peak_tflops(size: int, repeats: int) -> float:
@@ -69,7 +66,7 @@ def train_step_rows(args, peak):
     for kind in ("relu", "softmax"):
         cfg = base.replace(attention=ra.AttentionConfig(kind=kind, alpha=1.0))
         for precision, compute_dtype in (("float32", None), ("bfloat16", jnp.bfloat16)):
-            step = jax.jit(jb.make_train_step(cfg, opt_cfg, compute_dtype=compute_dtype), donate_argnums=(0, 1))
+            step = jax.jit(jb.make_train_step(cfg, opt_cfg, compute_dtype=compute_dtype, fast=True), donate_argnums=(0, 1))
             for batch in args.batches:
                 images = jnp.asarray(rng.random((batch, 32, 32, 3), dtype=np.float32))
                 labels = jnp.asarray(rng.integers(0, 10, batch))
@@ -102,12 +99,12 @@ def attention_rows(args, peak):
             "relu/L blocked (JAX backend)": lambda q, k, v: jb.attention(q, k, v, relu, impl="blocked",
                                                                           compute_dtype=jnp.bfloat16),
             "relu/L dense (JAX backend)": lambda q, k, v: jb.attention(q, k, v, relu, impl="dense",
-                                                                        compute_dtype=jnp.bfloat16),
+                                                                        compute_dtype=jnp.bfloat16, fast=True),
             "softmax jax.nn.dot_product_attention (xla)": lambda q, k, v: jax.nn.dot_product_attention(
                 q, k, v, implementation="xla"),
         }
         if cudnn_ok:
-            from reluattn.jax_backend.pallas_attention import pallas_attention
+            from reluattn.jax_backend.fast.pallas_attention import pallas_attention
             for block_q, block_k, *launch in args.pallas_blocks:
                 tuning = dict(zip(("num_warps", "num_stages"), launch))
                 label = f"{block_q}x{block_k}" + ("".join(f", {k} {v}" for k, v in tuning.items()))
@@ -132,7 +129,7 @@ def attention_rows(args, peak):
 def pallas_check(args):
     """The Pallas kernel against the dense path computed in float32 from the same bfloat16 inputs:
     relative error of the output and of each input gradient, per kind."""
-    from reluattn.jax_backend.pallas_attention import KINDS, pallas_attention
+    from reluattn.jax_backend.fast.pallas_attention import KINDS, pallas_attention
     jb = ra.backend("jax")
     print("\n## Pallas kernel vs dense float32 reference (bfloat16 inputs, L=1024, batch 2, 4 heads, Dh 64)\n")
     print("| kind | out | dq | dk | dv |")

@@ -15,6 +15,8 @@ with c = scale * L^-alpha. The backward recomputes the scores; nothing of size L
 Matmul inputs are the inputs' dtype (bfloat16 for speed), sums are float32. Supported: the point-wise
 kinds below, without causal masks, L a multiple of the block sizes and Dh a power of two >= 16.
 This module is optional: nothing else in reluattn imports it, and the CPU paths never need it.
+Why it exists, measured: docs/performance.md, "On a GPU: one NVIDIA H200" > "Attention on the GPU, and a
+Pallas kernel for relu/L".
 """
 
 from __future__ import annotations
@@ -26,17 +28,17 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ..config import AttentionConfig
+from ...config import AttentionConfig
+from ..attention_weights import POINTWISE, length_factor
 
-# h(s) and h'(s), written out so that the backward kernels need no autodiff inside them.
-KINDS = {
-    "relu": (lambda s: jnp.maximum(s, 0.0), lambda s: (s > 0).astype(s.dtype)),
-    "relu2": (lambda s: jnp.square(jnp.maximum(s, 0.0)), lambda s: 2.0 * jnp.maximum(s, 0.0)),
-    "relu6": (lambda s: jnp.clip(s, 0.0, 6.0), lambda s: ((s > 0) & (s < 6)).astype(s.dtype)),
-    "identity": (lambda s: s, lambda s: jnp.ones_like(s)),
-    "sigmoid": (jax.nn.sigmoid, lambda s: jax.nn.sigmoid(s) * (1.0 - jax.nn.sigmoid(s))),
-    "softplus": (lambda s: jnp.maximum(s, 0.0) + jnp.log1p(jnp.exp(-jnp.abs(s))), jax.nn.sigmoid),
-}
+# The kinds the kernels support; h(s) and scale * L^-alpha come from attention_weights.py, h'(s) from
+# jax.jvp of h (traced into plain element-wise operations inside the kernels).
+KINDS = ("relu", "relu2", "relu6", "identity", "sigmoid", "softplus")
+
+
+def _h_and_derivative(kind, scores):
+    """h(s) and h'(s), element-wise."""
+    return jax.jvp(POINTWISE[kind], (scores,), (jnp.ones_like(scores),))
 
 
 def pallas_attention(q, k, v, attn_cfg: AttentionConfig, *, block_q: int = 64, block_k: int = 64,
@@ -53,7 +55,7 @@ def pallas_attention(q, k, v, attn_cfg: AttentionConfig, *, block_q: int = 64, b
     for name, block in (("block_q", block_q), ("block_k", block_k)):
         if length % block:
             raise ValueError(f"the length {length} must be a multiple of {name}={block}")
-    options = (attn_cfg.kind, float(attn_cfg.scale * length ** -attn_cfg.alpha), block_q, block_k,
+    options = (attn_cfg.kind, float(length_factor(attn_cfg, length)), block_q, block_k,
                num_warps, num_stages, interpret)
     return _attention(options, q, k, v)
 
@@ -84,7 +86,7 @@ def _forward(options, q, k, v):
     from jax.experimental import pallas as pl
     kind, factor, block_q, block_k = options[:4]
     batch, length, heads, head_dim = q.shape
-    h = KINDS[kind][0]
+    h = POINTWISE[kind]
     inverse_sqrt = 1.0 / math.sqrt(head_dim)
 
     def kernel(q_ref, k_ref, v_ref, out_ref):
@@ -113,7 +115,6 @@ def _backward(options, residuals, out_grad):
     q, k, v = residuals
     kind, factor, block_q, block_k = options[:4]
     batch, length, heads, head_dim = q.shape
-    h, h_prime = KINDS[kind]
     inverse_sqrt = 1.0 / math.sqrt(head_dim)
     out_grad = out_grad.astype(q.dtype)
 
@@ -128,10 +129,11 @@ def _backward(options, residuals, out_grad):
             queries = pl.ds(i * block_q, block_q)
             q_tile, g_tile = q_ref[queries, :], g_ref[queries, :]  # (bq, Dh)
             scores = scores_of(q_tile, k_tile)  # (bq, bk)
-            weights = (factor * h(scores)).astype(g_tile.dtype)  # (bq, bk)
+            unscaled, derivative = _h_and_derivative(kind, scores)  # h(s), h'(s): (bq, bk)
+            weights = (factor * unscaled).astype(g_tile.dtype)  # (bq, bk)
             dv = dv + jnp.dot(weights.T, g_tile, preferred_element_type=jnp.float32)  # (bk, Dh)
             dweights = jnp.dot(g_tile, v_tile.T, preferred_element_type=jnp.float32)  # (bq, bk)
-            dscores = (dweights * (factor * inverse_sqrt) * h_prime(scores)).astype(q_tile.dtype)  # (bq, bk)
+            dscores = (dweights * (factor * inverse_sqrt) * derivative).astype(q_tile.dtype)  # (bq, bk)
             return dk + jnp.dot(dscores.T, q_tile, preferred_element_type=jnp.float32), dv  # (bk, Dh)
 
         zeros = jnp.zeros((block_k, head_dim), jnp.float32)
@@ -146,7 +148,8 @@ def _backward(options, residuals, out_grad):
             k_tile = k_ref[keys, :]  # (bk, Dh)
             scores = scores_of(q_tile, k_tile)  # (bq, bk)
             dweights = jnp.dot(g_tile, v_ref[keys, :].T, preferred_element_type=jnp.float32)  # (bq, bk)
-            dscores = (dweights * (factor * inverse_sqrt) * h_prime(scores)).astype(k_tile.dtype)  # (bq, bk)
+            derivative = _h_and_derivative(kind, scores)[1]  # h'(s): (bq, bk)
+            dscores = (dweights * (factor * inverse_sqrt) * derivative).astype(k_tile.dtype)  # (bq, bk)
             return dq + jnp.dot(dscores, k_tile, preferred_element_type=jnp.float32)  # (bq, Dh)
 
         dq = lax.fori_loop(0, length // block_k, body, jnp.zeros((block_q, head_dim), jnp.float32))

@@ -1,7 +1,7 @@
 """Where the time of blocked attention goes: XLA:CPU's own per-op timings of one forward + backward.
 
-    python benchmarks/attention_profile.py [--length 2048] [--dtype float32|bfloat16] [--kind relu]
-                                           [--block-size N] [--query-block-size N] [--heads-per-step G]
+    PYTHONPATH=. python benchmarks/investigations/attention_profile.py [--length 2048] [--dtype float32|bfloat16] [--kind relu]
+                                                                  [--block-size N] [--query-block-size N] [--heads-per-step G]
 
 Traces --calls calls with jax.profiler (a Perfetto trace in a temporary folder), sums the time of every
 XLA op (over both threads), and prints the total per kind of op: the matmuls (YNNPACK fusions), the
@@ -25,7 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from reluattn.config import ATTENTION_KINDS, AttentionConfig
-from reluattn.jax_backend.blocked_attention import blocked_attention
+from reluattn.jax_backend.fast import cpu_setup
+from reluattn.jax_backend.long_sequences import blocked_attention
 
 SKIPPED = ("ThunkExecutor", "$", "Pjit", "Common", "while", "closed_call", "call", "SlinkyThreadPool")
 
@@ -100,6 +101,7 @@ def main(argv=None):
     parser.add_argument("--hlo", type=Path, default=None, help="write the optimised HLO here")
     args = parser.parse_args(argv)
 
+    cpu_setup.configure()  # as the trainer does, before anything starts XLA
     dtype = jnp.dtype(args.dtype)
     tiles = {name: getattr(args, name) for name in ("block_size", "query_block_size", "heads_per_step")
              if getattr(args, name) is not None}

@@ -1,9 +1,9 @@
 """How far `compute_dtype=jnp.bfloat16` is from float32: the worst and typical errors over drawn models.
 
-    PYTHONPATH=.:tests python benchmarks/bfloat16_error.py [--examples 200] [--seed 0]
+    PYTHONPATH=.:tests python benchmarks/investigations/bfloat16_error.py [--examples 200] [--seed 0]
 
 Draws --examples models from the family that tests/test_jax_model.py checks the bfloat16 path on (every
-SPEC option, head width 8 or 16, dense attention, random parameters, batch 4; tests/jax_testing.py), runs
+option, head width 8 or 16, dense attention, random parameters, batch 4; tests/jax_testing.py), runs
 each in float32 and with bfloat16 matmuls, and prints the worst and median of the three errors that test
 bounds: logits (relative to the largest logit), the loss (relative), and all gradient leaves as one
 vector (norm-wise relative error, with its cosine). The results are in docs/jax_backend.md and beside the

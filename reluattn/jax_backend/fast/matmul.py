@@ -1,4 +1,4 @@
-"""Every matmul of the model: an einsum of two arrays, in the precision asked for, laid out for the CPU.
+"""The fast matmul (fast=True): an einsum of two arrays, in the precision asked for, laid out for the CPU.
 
     matmul("btd,de->bte", x, w)                        # float32 or float64, like jnp.einsum
     matmul("btd,de->bte", x, w, jnp.dtype("bfloat16"))  # bfloat16 inputs, float32 sums and result
@@ -19,10 +19,11 @@ transpose as a relabelling of axes rather than moving data, so `float32_einsum` 
 real copy, choosing among the equivalent layouts the one that moves the least data. float32 matmuls go
 through the same custom_vjp with float32 as the compute dtype, so that their backward matmuls get these
 layouts too: left to autodiff, the weight gradients x^T dy ran on XLA's generic dot (9% of a float32
-training step; 1.17x faster steps with the custom_vjp, docs/performance.md). Forward-mode autodiff
-(jax.jvp) therefore does not go through float32 or bfloat16 matmuls; float64 ones (tests) are plain
-einsums and support it.
-See docs/performance.md for the measurements.
+training step; 1.17x faster steps with the custom_vjp). Forward-mode autodiff (jax.jvp) therefore does
+not go through float32 or bfloat16 matmuls here; float64 ones are plain einsums. The default path
+(fast=False) uses layers.matmul, a plain einsum, and supports every transform.
+Why, measured: docs/performance.md, "The ViT training step on CPU" > "What made it faster" (bfloat16 that
+is really bfloat16; float32 matmuls through the same custom_vjp) and "Where the time goes".
 """
 
 from __future__ import annotations
@@ -35,23 +36,10 @@ import jax
 import jax.numpy as jnp
 
 
-def canonical_compute_dtype(compute_dtype):
-    """None, or the numpy dtype of a floating type (jnp.bfloat16, "bfloat16", np.float16, ...)."""
-    if compute_dtype is None:
-        return None
-    try:
-        dtype = jnp.dtype(compute_dtype)
-    except TypeError:
-        raise ValueError(f"compute_dtype must be None or a floating dtype such as jnp.bfloat16, "
-                         f"got {compute_dtype!r}") from None
-    if not jnp.issubdtype(dtype, jnp.floating):
-        raise ValueError(f"compute_dtype must be a floating dtype such as jnp.bfloat16, got {dtype}")
-    return dtype
-
-
 def matmul(equation: str, a, b, compute_dtype=None):
     """`jnp.einsum(equation, a, b)` for two arrays of one dtype (the result has it too), with the inputs
-    rounded to `compute_dtype` when one is given. A "..." may stand for a's leading axes."""
+    rounded to `compute_dtype` (a canonical dtype or None) when one is given. A "..." may stand for a's
+    leading axes."""
     if "..." in equation:  # name the axes it stands for, so that the layouts and the backward can use them
         equation = equation.replace("...", "ABCDEFGH"[:a.ndim - len(equation.split(",")[0]) + 3])
     dtype = jnp.result_type(a, b)
