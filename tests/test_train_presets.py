@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from reluattn.cli import build_parser, train_config_from_args
-from reluattn.presets import PRESETS, TrainConfig, config_differences, get_preset, train_config_from_dict
+from reluattn.training.config import TrainConfig, config_differences, train_config_from_dict
+from reluattn.training.presets import PRESETS, get_preset
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,7 +38,7 @@ def test_preset_sizes_match_their_descriptions():
 
 def test_every_preset_is_described_in_the_help(capsys):
     from reluattn.cli import main
-    from reluattn.presets import PRESET_SUMMARIES
+    from reluattn.training.presets import PRESET_SUMMARIES
     assert set(PRESET_SUMMARIES) == set(PRESETS)
     assert main(["train", "--help"]) == 0
     out = capsys.readouterr().out
