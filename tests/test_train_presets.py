@@ -45,6 +45,14 @@ def test_every_preset_is_described_in_the_help(capsys):
     assert all(f"{name}: {PRESET_SUMMARIES[name]}" in out for name in PRESETS)
 
 
+def test_presets_turn_the_speed_paths_on_and_no_fast_turns_them_off():
+    assert all(preset.fast for preset in PRESETS.values())
+    assert TrainConfig(epochs=1).fast is False  # a bare TrainConfig is the plain model
+    assert train_config_from_args(parse(), get_preset("cpu-small")).fast is True
+    assert train_config_from_args(parse("--no-fast"), get_preset("cpu-small")).fast is False
+    assert TrainConfig.from_json(TrainConfig(epochs=1, fast=True).to_json()).fast is True
+
+
 def test_make_train_uses_cpu_small():
     assert re.search(r"-m reluattn train --preset cpu-small", (ROOT / "Makefile").read_text())
 
@@ -58,6 +66,7 @@ def test_make_train_uses_cpu_small():
     ({"label_smoothing": 1.0}, "label_smoothing"),
     ({"dataset": "imagenet"}, "dataset"),
     ({"backend": "numpy"}, "needs backend 'jax'"),  # cpu-small is bfloat16
+    ({"fast": 1}, "TrainConfig.fast"),
 ])
 def test_invalid_train_configs_name_the_field(change, field):
     with pytest.raises(ValueError, match=re.escape(field)):
