@@ -2,6 +2,10 @@
 engines score the same parameters alike (one evaluation, two scorers), and `fast` reaches the backend."""
 
 import ast
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import jax.numpy as jnp
@@ -67,3 +71,13 @@ def test_fast_reaches_the_backend_only_where_it_is_taken():
     assert backend_options(small.replace(fast=False, compute_dtype="float32"), takes_fast) == {
         "compute_dtype": None, "fast": False}
     assert backend_options(small, plain) == {"compute_dtype": jnp.bfloat16}
+
+
+def test_importing_the_tool_and_the_command_line_imports_no_jax():
+    # `reluattn --help` and the configs stay quick; JAX is imported when a run or an evaluation starts.
+    code = ("import json, sys, reluattn.cli, reluattn.training, reluattn.training.presets\n"
+            "print(json.dumps(sorted(name for name in sys.modules if name.split('.')[0] in ('jax', 'jaxlib'))))")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == []
