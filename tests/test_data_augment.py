@@ -129,7 +129,8 @@ def test_augment_batch_shapes_and_types():
 
 
 def test_augment_batch_is_crop_flip_then_normalise():
-    out = np.asarray(augment_step(jax.random.key(9), BATCH_IMAGES, BATCH_LABELS, AugmentationConfig(), 10, jnp.float32)[0])
+    out = augment_step(jax.random.key(9), BATCH_IMAGES, BATCH_LABELS, AugmentationConfig(), 10, jnp.float32)[0]
+    out = np.asarray(out)
     crop_key, flip_key, _ = jax.random.split(jax.random.key(9), 3)
     by_hand = random_flip(flip_key, random_crop(crop_key, BATCH_IMAGES, 4))
     np.testing.assert_allclose(out, np.asarray(normalize(by_hand)), atol=1e-6)
@@ -179,7 +180,8 @@ def test_one_hot_passes_soft_targets_through():
 
 def test_augmentation_config_validation_and_hashing():
     assert hash(AugmentationConfig()) == hash(AugmentationConfig(mixup_alpha=0, cutmix_alpha=0))
-    assert AugmentationConfig.from_json(AugmentationConfig(mixup_alpha=0.2).to_json()) == AugmentationConfig(mixup_alpha=0.2)
+    mixing = AugmentationConfig(mixup_alpha=0.2)
+    assert AugmentationConfig.from_json(mixing.to_json()) == mixing
     for bad in ({"crop_padding": -1}, {"crop_padding": 1.5}, {"flip": 1}, {"mixup_alpha": -0.1},
                 {"cutmix_alpha": float("nan")}):
         with pytest.raises(ValueError, match="AugmentationConfig"):
