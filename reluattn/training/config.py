@@ -72,8 +72,7 @@ class TrainConfig(_JsonConfig):
     augmentation: AugmentationConfig = field(default_factory=AugmentationConfig)
     compute_dtype: str = "float32"     # matmul inputs: "float32" or "bfloat16" (params, state, loss stay f32)
     backend: str = "jax"               # "jax" (jit, data parallel) or "numpy" (the reference model; small runs)
-    fast: bool = False                 # JAX only: the backend's opt-in speed paths (jax_backend/fast/): the
-                                       # same model, other kernels and layouts; every preset turns it on
+    fast: bool = False                 # JAX only: the backend's opt-in speed paths (on in every preset)
 
     def __post_init__(self):
         owner = "TrainConfig"
