@@ -51,6 +51,10 @@ def test_presets_turn_the_speed_paths_on_and_no_fast_turns_them_off():
     assert train_config_from_args(parse(), get_preset("cpu-small")).fast is True
     assert train_config_from_args(parse("--no-fast"), get_preset("cpu-small")).fast is False
     assert TrainConfig.from_json(TrainConfig(epochs=1, fast=True).to_json()).fast is True
+    # A checkpoint from before the field existed was trained on the speed paths, and says so when read back.
+    older = {key: value for key, value in TrainConfig(epochs=1, fast=True).to_dict().items() if key != "fast"}
+    assert train_config_from_dict(older).fast is True
+    assert train_config_from_dict(TrainConfig(epochs=1).to_dict()).fast is False
 
 
 def test_make_train_uses_cpu_small():

@@ -22,6 +22,8 @@ from ..data import DATASETS
 COMPUTE_DTYPES = ("float32", "bfloat16")
 # Fields that change how a run reports, not what it computes: a resumed run may change them freely.
 OPERATIONAL_FIELDS = ("eval_every", "checkpoint_every", "log_every", "keep_checkpoints")
+# What a checkpoint written before a field existed implies for it: the JAX backend always took its speed paths.
+IMPLIED_BY_OLDER_CHECKPOINTS = {"fast": True}
 
 
 @dataclass(frozen=True)
@@ -166,6 +168,7 @@ def train_config_from_dict(data: dict) -> TrainConfig:
     if not isinstance(data, dict):
         raise ValueError(f"a training config must be a JSON object, got {type(data).__name__}")
     known = {f.name for f in dataclasses.fields(TrainConfig)}
+    data = {**IMPLIED_BY_OLDER_CHECKPOINTS, **data}
     return TrainConfig.from_dict({key: value for key, value in data.items() if key in known})
 
 
