@@ -13,10 +13,12 @@ import os
 import sys
 import traceback
 
+from . import BACKENDS
 from .config import ATTENTION_KINDS, MLP_ACTIVATIONS, POOLS
-from .presets import BACKENDS, COMPUTE_DTYPES, DATASETS, PRESET_SUMMARIES, PRESETS
+from .data import DATA_ENV, DATASETS
+from .training.config import COMPUTE_DTYPES
+from .training.presets import PRESET_SUMMARIES, PRESETS
 
-DATA_ENV = "RELUATTN_DATA"
 PROG = "reluattn"
 
 
@@ -51,6 +53,8 @@ def _train_parser(commands) -> argparse.ArgumentParser:
     g.add_argument("--steps", type=int, help="run length in optimizer steps (instead of --epochs)")
     g.add_argument("--batch-size", type=int, help="images per step (over all devices)")
     g.add_argument("--compute-dtype", choices=COMPUTE_DTYPES, help="matmul precision (JAX backend)")
+    g.add_argument("--fast", action=argparse.BooleanOptionalAction, default=None,
+                   help="the JAX backend's opt-in speed paths (on in every preset; --no-fast: the plain model)")
     g.add_argument("--checkpoint-every", type=int, help="steps between checkpoints (default: each epoch)")
     g.add_argument("--eval-every", type=int, help="steps between validations (default: each epoch)")
     g.add_argument("--log-every", type=int, help="steps between metric fetches/log lines")
@@ -180,25 +184,20 @@ def train_config_from_args(args, base):
         top["compute_dtype"] = "float32"  # the NumPy backend computes in the parameters' dtype; no bfloat16
     for name in ("batch_size", "seed", "data_seed", "dataset", "val_split", "subset", "eval_every",
                  "checkpoint_every", "log_every", "keep_checkpoints", "label_smoothing", "compute_dtype",
-                 "backend"):
+                 "backend", "fast"):
         if getattr(args, name) is not None:
             top[name] = getattr(args, name)
     return base.replace(model=model, optimizer=optimizer, augmentation=augmentation, **top)
 
 
-def _data_argument(args):
-    """--data, else $RELUATTN_DATA, else None (train downloads CIFAR; evaluate uses the run's own path)."""
-    return args.data or os.environ.get(DATA_ENV) or None
-
-
 def _command_train(args) -> int:
-    from .presets import get_preset
-    from .train import train
+    from .training.loop import train
+    from .training.presets import get_preset
     out = args.out
     if args.resume:
         if not out:
             raise UsageError("reluattn train: --resume needs --out DIR, the run directory to continue")
-        from .resume import saved_train_config
+        from .training.run_dir import saved_train_config
         saved = saved_train_config(out)
         if args.preset is not None and args.preset != saved.preset:
             raise UsageError(f"reluattn train: {out} was trained with preset {saved.preset!r}, not "
@@ -208,13 +207,13 @@ def _command_train(args) -> int:
         config = train_config_from_args(args, get_preset(args.preset or "cpu-small"))
         if not out:
             out = os.path.join("runs", f"{config.preset or 'custom'}-{config.model.attention.kind}")
-    result = train(config, out, data=_data_argument(args), resume=args.resume, progress=not args.no_progress)
+    result = train(config, out, data=args.data, resume=args.resume, progress=not args.no_progress)
     return result.exit_code
 
 
 def _command_evaluate(args) -> int:
-    from .evaluation import evaluate_checkpoint
-    result = evaluate_checkpoint(args.checkpoint, data=_data_argument(args), split=args.split,
+    from .training.evaluation import evaluate_checkpoint
+    result = evaluate_checkpoint(args.checkpoint, data=args.data, split=args.split,
                                  batch_size=args.batch_size, backend=args.backend, progress=not args.json)
     if args.json:
         print(json.dumps({"accuracy": result["accuracy"], "loss": result["loss"], "n": result["n"]}))
@@ -225,15 +224,15 @@ def _command_evaluate(args) -> int:
 
 
 def _command_plot(args) -> int:
-    from .plots import plot_runs
+    from .training.plots import plot_runs
     path = plot_runs(args.runs, args.output)
     print(f"wrote {path}")
     return 0
 
 
 def _command_attention(args) -> int:
-    from .evaluation import attention_figure
-    path = attention_figure(args.checkpoint, data=_data_argument(args), index=args.index, split=args.split,
+    from .training.evaluation import attention_figure
+    path = attention_figure(args.checkpoint, data=args.data, index=args.index, split=args.split,
                             output=args.output, backend=args.backend)
     print(f"wrote {path}")
     return 0

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import reluattn as ra
-from reluattn import checkpoint as ck
+from reluattn.training import run_dir as ck
 from reluattn.params import flatten
 
 

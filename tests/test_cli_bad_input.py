@@ -7,9 +7,9 @@ import shutil
 
 import pytest
 
-from reluattn import checkpoint
-from reluattn.checkpoint import list_checkpoints, load_checkpoint
 from reluattn.cli import main
+from reluattn.training import run_dir as checkpoint
+from reluattn.training.run_dir import list_checkpoints, load_checkpoint
 from train_helpers import make_cifar10_archive, tiny_args
 from train_helpers import data, environment  # noqa: F401  (module fixtures)
 

@@ -7,11 +7,10 @@ import pytest
 from PIL import Image
 
 import reluattn as ra
-from reluattn.checkpoint import load_checkpoint
 from reluattn.cli import main
 from reluattn.data import load_dataset, split_validation
-from reluattn.plots import attention_rollout
-from reluattn.run_files import read_metrics
+from reluattn.training.plots import attention_rollout
+from reluattn.training.run_dir import load_checkpoint, read_metrics
 from train_helpers import tiny_args
 from train_helpers import data, environment  # noqa: F401  (module fixtures)
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 import reluattn as ra
-from reluattn.config import ATTENTION_KINDS, MLP_ACTIVATIONS, OptimizerConfig
+from reluattn.config import ATTENTION_KINDS, MLP_ACTIVATIONS, REFERENCE_VIT, OptimizerConfig
 
 
 @pytest.mark.parametrize("changes, field", [
@@ -97,7 +97,8 @@ def test_configs_are_frozen():
 
 
 def test_reference_config_flops():
-    # SPEC: 0.753 GFLOP per image for forward+backward at the reference config (matmuls only here).
+    # The reference model: 0.753 GFLOP per image for forward+backward (matmuls only here).
     cfg = ra.ViTConfig()
+    assert cfg == REFERENCE_VIT  # the defaults are the reference model
     assert cfg.num_tokens == 65 and cfg.head_dim == 64
     assert abs(cfg.flops_per_image() / 1e9 - 0.753) < 0.002

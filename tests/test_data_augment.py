@@ -1,14 +1,15 @@
-"""On-device augmentation: crops are true windows of the zero-padded image, flips mirror, mixup/cutmix mix the
-right images with targets that sum to 1, normalisation matches NumPy, and a key fixes everything."""
+"""Augmentation: crops are true windows of the zero-padded image (on the device and on the host), flips
+mirror, mixup/cutmix mix the right images with targets that sum to 1, normalisation matches NumPy and is the
+same on host and device, and a key fixes everything."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from reluattn.jax_backend.augment import (CIFAR10_MEAN, CIFAR10_STD, AugmentConfig, augment_batch, cutmix, mix_batch,
-                                          mixup, normalize, one_hot, prepare_eval_batch, random_crop, random_flip,
-                                          to_float)
+from reluattn.training.augment import (CIFAR10_MEAN, CIFAR10_STD, augment_batch, crop_and_flip, cutmix, mix_batch,
+                                      mixup, normalize, one_hot, random_crop, random_flip, to_float)
+from reluattn.training.config import AugmentationConfig
 
 
 def random_images(batch=16, side=8, channels=3, seed=0):
@@ -112,13 +113,13 @@ def test_mix_batch_without_alphas_changes_nothing():
 
 # One jitted step shared by the tests below, so each (config, shape, dtype) compiles once.
 augment_step = jax.jit(augment_batch, static_argnums=(3, 4, 5))
-MIXING = AugmentConfig(mixup_alpha=0.2, cutmix_alpha=1.0)
+MIXING = AugmentationConfig(mixup_alpha=0.2, cutmix_alpha=1.0)
 BATCH_IMAGES = random_images(batch=8, side=32, seed=7)
 BATCH_LABELS = np.arange(8, dtype=np.int32) % 10
 
 
 def test_augment_batch_shapes_and_types():
-    out, out_labels = augment_step(jax.random.key(0), BATCH_IMAGES, BATCH_LABELS, AugmentConfig(), 10, jnp.float32)
+    out, out_labels = augment_step(jax.random.key(0), BATCH_IMAGES, BATCH_LABELS, AugmentationConfig(), 10, jnp.float32)
     assert out.shape == (8, 32, 32, 3) and out.dtype == jnp.float32
     np.testing.assert_array_equal(out_labels, BATCH_LABELS)  # no mixing: integer labels pass through
     out, soft = augment_step(jax.random.key(0), BATCH_IMAGES, BATCH_LABELS, MIXING, 10, jnp.bfloat16)
@@ -128,7 +129,8 @@ def test_augment_batch_shapes_and_types():
 
 
 def test_augment_batch_is_crop_flip_then_normalise():
-    out = np.asarray(augment_step(jax.random.key(9), BATCH_IMAGES, BATCH_LABELS, AugmentConfig(), 10, jnp.float32)[0])
+    out = augment_step(jax.random.key(9), BATCH_IMAGES, BATCH_LABELS, AugmentationConfig(), 10, jnp.float32)[0]
+    out = np.asarray(out)
     crop_key, flip_key, _ = jax.random.split(jax.random.key(9), 3)
     by_hand = random_flip(flip_key, random_crop(crop_key, BATCH_IMAGES, 4))
     np.testing.assert_allclose(out, np.asarray(normalize(by_hand)), atol=1e-6)
@@ -145,9 +147,29 @@ def test_same_key_same_batch_other_key_other_batch():
     assert not np.array_equal(np.asarray(first[0], np.float32), np.asarray(other[0], np.float32))
 
 
-def test_prepare_eval_batch_is_plain_normalisation():
+def test_normalize_is_the_same_on_host_and_device():
     images = random_images(side=32)
-    np.testing.assert_array_equal(prepare_eval_batch(images, AugmentConfig()), normalize(images))
+    host = normalize(images, (0.5, 0.25, 0.1), (0.2, 0.3, 0.4))
+    device = normalize(jnp.asarray(images), (0.5, 0.25, 0.1), (0.2, 0.3, 0.4))
+    assert isinstance(host, np.ndarray) and host.dtype == np.float32 and isinstance(device, jax.Array)
+    np.testing.assert_allclose(host, np.asarray(device), rtol=0, atol=1e-6)
+
+
+def test_host_crop_and_flip_gives_windows_of_the_zero_padded_image():
+    images = random_images(batch=64)
+    out = crop_and_flip(images, np.random.default_rng(0), AugmentationConfig(crop_padding=2, flip=True))
+    assert out.shape == images.shape and out.dtype == np.uint8
+    padded = np.pad(images, ((0, 0), (2, 2), (2, 2), (0, 0)))
+    mirrored = 0
+    for image, crop in zip(padded, out):
+        windows = [image[row:row + 8, column:column + 8] for row in range(5) for column in range(5)]
+        straight = any(np.array_equal(window, crop) for window in windows)
+        flipped = any(np.array_equal(window[:, ::-1], crop) for window in windows)
+        assert straight or flipped
+        mirrored += flipped and not straight
+    assert 10 < mirrored < 54  # about half
+    np.testing.assert_array_equal(crop_and_flip(images, np.random.default_rng(0), AugmentationConfig(0, False)),
+                                  images)
 
 
 def test_one_hot_passes_soft_targets_through():
@@ -156,11 +178,15 @@ def test_one_hot_passes_soft_targets_through():
     np.testing.assert_array_equal(one_hot(jnp.array([2, 0]), 3), [[0, 0, 1], [1, 0, 0]])
 
 
-def test_augment_config_validation_and_hashing():
-    assert hash(AugmentConfig()) == hash(AugmentConfig(mean=list(CIFAR10_MEAN), std=list(CIFAR10_STD)))
+def test_augmentation_config_validation_and_hashing():
+    assert hash(AugmentationConfig()) == hash(AugmentationConfig(mixup_alpha=0, cutmix_alpha=0))
+    mixing = AugmentationConfig(mixup_alpha=0.2)
+    assert AugmentationConfig.from_json(mixing.to_json()) == mixing
     for bad in ({"crop_padding": -1}, {"crop_padding": 1.5}, {"flip": 1}, {"mixup_alpha": -0.1},
-                {"cutmix_alpha": float("nan")}, {"std": (0.1, 0.0, 0.2)}, {"mean": (0.5,)}):
-        with pytest.raises(ValueError, match="AugmentConfig"):
-            AugmentConfig(**bad)
-    assert AugmentConfig(mixup_alpha=0.1).mixes and not AugmentConfig().mixes
-
+                {"cutmix_alpha": float("nan")}):
+        with pytest.raises(ValueError, match="AugmentationConfig"):
+            AugmentationConfig(**bad)
+    assert AugmentationConfig(mixup_alpha=0.1).mixes and not AugmentationConfig().mixes
+    for mean, std in (((0.5, 0.5, 0.5), (0.1, 0.0, 0.2)), ((0.5,), (0.2, 0.2, 0.2))):
+        with pytest.raises(ValueError, match="one mean and one positive std per channel"):
+            normalize(random_images(), mean, std)

@@ -277,7 +277,7 @@ def test_independent_implementations_pass(checker, reference, capsys):
 
 
 def test_rollout_checker_agrees_with_the_plots_module(capsys):
-    from reluattn.plots import attention_rollout
+    from reluattn.training.plots import attention_rollout
     grading.check_attention_rollout(attention_rollout)
     assert capsys.readouterr().out.startswith("\N{CHECK MARK}")
     attention = [np.maximum(np.random.default_rng(i).normal(size=(2, 5, 5)), 0) for i in range(3)]

@@ -93,16 +93,16 @@ def test_nothing_is_changed_once_a_jax_backend_exists():
 @glibc_linux
 def test_training_sets_up_malloc_before_loading_data(tmp_path):
     # Decoding images starts threads; malloc settings made after that do not reach every thread, so the
-    # trainer must import the JAX backend first. Stop the run at the data loader and look.
+    # trainer must run the CPU setup first. Stop the run at the data loader and look.
     code = (
-        "import json, reluattn.train as t\n"
+        "import json, reluattn.training.loop as t\n"
         "class Stop(Exception): pass\n"
         "def loader(*args, **kwargs):\n"
         "    import sys\n"
         "    raise Stop(json.dumps(sys.modules['reluattn.jax_backend.fast.cpu_setup'].applied\n"
         "                          if 'reluattn.jax_backend.fast.cpu_setup' in sys.modules else {}))\n"
         "t.load_run_data = loader\n"
-        "from reluattn.presets import PRESETS\n"
+        "from reluattn.training.presets import PRESETS\n"
         "try:\n"
         f"    t.train(PRESETS['cpu-small'], {str(tmp_path / 'run')!r}, progress=False)\n"
         "except Stop as stop:\n"

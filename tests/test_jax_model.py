@@ -260,14 +260,15 @@ def test_bad_compute_dtype_is_a_value_error():
 
 def test_make_train_step_runs_augmentation_inside_the_compiled_step():
     """The pure step with an `augment` function equals augmenting first and then calling train_step."""
-    from reluattn.jax_backend.augment import AugmentConfig, augment_batch
+    from reluattn.training.augment import augment_batch
+    from reluattn.training.config import AugmentationConfig
 
     cfg = small_config()
     opt_cfg = OptimizerConfig(total_steps=5)
     params = ra.init_params(cfg)
     pixels = np.random.default_rng(0).integers(0, 256, size=(4, 8, 8, 3)).astype(np.uint8)
     labels = np.array([0, 1, 2, 1])
-    augment_cfg = AugmentConfig(crop_padding=2, mixup_alpha=0.4)
+    augment_cfg = AugmentationConfig(crop_padding=2, mixup_alpha=0.4)
 
     def augment(key, images, labels):
         return augment_batch(key, images, labels, augment_cfg, cfg.num_classes)

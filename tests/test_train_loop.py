@@ -6,9 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from reluattn.checkpoint import list_checkpoints, resolve_checkpoint
 from reluattn.cli import main
-from reluattn.run_files import read_metrics
+from reluattn.training.run_dir import list_checkpoints, read_metrics, resolve_checkpoint
 from train_helpers import assert_bit_identical, final_arrays, tiny_args
 from train_helpers import data, environment  # noqa: F401  (module fixtures)
 

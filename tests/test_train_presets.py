@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from reluattn.cli import build_parser, train_config_from_args
-from reluattn.presets import PRESETS, TrainConfig, config_differences, get_preset, train_config_from_dict
+from reluattn.training.config import TrainConfig, config_differences, train_config_from_dict
+from reluattn.training.presets import PRESETS, get_preset
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,11 +38,23 @@ def test_preset_sizes_match_their_descriptions():
 
 def test_every_preset_is_described_in_the_help(capsys):
     from reluattn.cli import main
-    from reluattn.presets import PRESET_SUMMARIES
+    from reluattn.training.presets import PRESET_SUMMARIES
     assert set(PRESET_SUMMARIES) == set(PRESETS)
     assert main(["train", "--help"]) == 0
     out = capsys.readouterr().out
     assert all(f"{name}: {PRESET_SUMMARIES[name]}" in out for name in PRESETS)
+
+
+def test_presets_turn_the_speed_paths_on_and_no_fast_turns_them_off():
+    assert all(preset.fast for preset in PRESETS.values())
+    assert TrainConfig(epochs=1).fast is False  # a bare TrainConfig is the plain model
+    assert train_config_from_args(parse(), get_preset("cpu-small")).fast is True
+    assert train_config_from_args(parse("--no-fast"), get_preset("cpu-small")).fast is False
+    assert TrainConfig.from_json(TrainConfig(epochs=1, fast=True).to_json()).fast is True
+    # A checkpoint from before the field existed was trained on the speed paths, and says so when read back.
+    older = {key: value for key, value in TrainConfig(epochs=1, fast=True).to_dict().items() if key != "fast"}
+    assert train_config_from_dict(older).fast is True
+    assert train_config_from_dict(TrainConfig(epochs=1).to_dict()).fast is False
 
 
 def test_make_train_uses_cpu_small():
@@ -57,6 +70,7 @@ def test_make_train_uses_cpu_small():
     ({"label_smoothing": 1.0}, "label_smoothing"),
     ({"dataset": "imagenet"}, "dataset"),
     ({"backend": "numpy"}, "needs backend 'jax'"),  # cpu-small is bfloat16
+    ({"fast": 1}, "TrainConfig.fast"),
 ])
 def test_invalid_train_configs_name_the_field(change, field):
     with pytest.raises(ValueError, match=re.escape(field)):

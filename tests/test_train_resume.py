@@ -6,8 +6,7 @@ import signal
 
 import pytest
 
-from reluattn.checkpoint import list_checkpoints
-from reluattn.run_files import read_metrics
+from reluattn.training.run_dir import list_checkpoints, read_metrics
 from train_helpers import assert_bit_identical, final_arrays, make_folder_dataset, run_cli, tiny_args
 
 # bfloat16 matmuls, crop, flip and mixup: every random and low-precision piece of the real recipe.

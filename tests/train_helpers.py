@@ -85,7 +85,7 @@ if mode:
             os.kill(os.getpid(), signum)
 
     if where == "flush":
-        from reluattn import train
+        from reluattn.training import loop as train
         original_flush = train._Loop.flush
 
         def flush(self):
@@ -95,7 +95,7 @@ if mode:
 
         train._Loop.flush = flush
     else:
-        from reluattn import checkpoint
+        from reluattn.training import run_dir as checkpoint
         original_write = checkpoint._write_npz
 
         def write(path, arrays):
@@ -126,7 +126,7 @@ def run_cli(args, cache: Path, kill_mode: str | None = None, extra_env: dict | N
 
 
 def final_arrays(run: Path, name: str = "params.npz") -> dict:
-    from reluattn.checkpoint import resolve_checkpoint
+    from reluattn.training.run_dir import resolve_checkpoint
     with np.load(resolve_checkpoint(run) / name) as data:
         return {key: data[key] for key in data.files}
 

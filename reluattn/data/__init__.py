@@ -2,12 +2,12 @@
 a decoded-array cache, validation splits and subsets. NumPy, Pillow, tqdm and the standard library only.
 
     from reluattn.data import load_dataset, split_validation, take_subset
-    full = load_dataset("../shared/data/cifar10-train.zip", "train")   # or a CIFAR .tar.gz, or None
+    full = load_dataset("cifar10-train.zip", "train")   # or a CIFAR .tar.gz, or None (RELUATTN_DATA / download)
     train, val = split_validation(full, 5000, seed=0)
     train.images  # (N, S, S, C) uint8      train.labels  # (N,) int32      train.class_names  # K names
 
 Every problem with the input raises `DataError` (a ValueError) whose message is one line saying what is
-wrong and what to do. Augmentation runs on the accelerator: see `reluattn/jax_backend/augment.py`.
+wrong and what to do. Augmentation is the training tool's: see `reluattn/training/augment.py`.
 """
 
 from __future__ import annotations
@@ -110,6 +110,17 @@ def _read(path: Path, source_format: str, split: str, dataset, progress: bool, w
     return images, labels, class_names, "folder"
 
 
+DATA_ENV = "RELUATTN_DATA"  # where the data is when no --data is given (the Makefile or CI may set it)
+
+
+def data_source(data=None) -> str | None:
+    """The dataset to read: `data` (a path), else the RELUATTN_DATA variable, else None (meaning the
+    canonical CIFAR archive, downloaded into the cache). The one place that reads RELUATTN_DATA."""
+    if data is None or str(data) == "":
+        data = os.environ.get(DATA_ENV) or None
+    return None if data is None else str(Path(data).expanduser().absolute())
+
+
 def load_dataset(data=None, split: str = "train", *, dataset: str | None = None, cache: bool = True,
                  progress: bool = True, workers: int | None = None) -> Dataset:
     """Load one split as uint8 arrays.
@@ -125,8 +136,7 @@ def load_dataset(data=None, split: str = "train", *, dataset: str | None = None,
         raise DataError(f"--dataset must be one of {', '.join(DATASETS)}; got {dataset!r}")
     if not isinstance(split, str) or not split:
         raise DataError(f"the split must be a folder name such as 'train'; got {split!r}")
-    if data is None or str(data) == "":
-        data = os.environ.get("RELUATTN_DATA") or None
+    data = data_source(data)
     if data is None:
         if dataset == "folder":
             raise DataError("--dataset folder needs --data PATH (an image folder or .zip of <split>/<class>/<image>)")
@@ -179,5 +189,5 @@ def take_subset(dataset: Dataset, size: int, seed: int = 0) -> Dataset:
     return dataset.select(chosen, f"a subset of {size} images (seed {seed})")
 
 
-__all__ = ["ARCHIVES", "DATASETS", "DataError", "Dataset", "FORMATS", "cache_dir", "detect_format",
-           "fetch_cifar", "index_image_folder", "load_dataset", "split_validation", "take_subset"]
+__all__ = ["ARCHIVES", "DATA_ENV", "DATASETS", "DataError", "Dataset", "FORMATS", "cache_dir", "detect_format",
+           "data_source", "fetch_cifar", "index_image_folder", "load_dataset", "split_validation", "take_subset"]

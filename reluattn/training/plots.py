@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from .run_files import METRICS, read_metrics
+from .run_dir import METRICS, read_metrics, resolve_checkpoint
 
 
 def _save(figure: Figure, output) -> Path:
@@ -31,7 +31,6 @@ def _save(figure: Figure, output) -> Path:
 
 def run_label(run_dir: Path) -> str:
     """The run's folder name and its attention kind, e.g. "relu-run (relu, alpha 1)", from its latest checkpoint."""
-    from .checkpoint import resolve_checkpoint
     try:
         config = json.loads((resolve_checkpoint(run_dir) / "config.json").read_text())
         attention = config["model"]["attention"]

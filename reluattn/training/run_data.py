@@ -10,13 +10,14 @@ images can be scored again later.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-from .presets import TrainConfig
+from ..data import (DataError, data_source, detect_format, index_image_folder, load_dataset, split_validation,
+                    take_subset)
+from ..data.cifar import SPLITS as CIFAR_SPLITS
+from .config import TrainConfig
 
 
 @dataclass(frozen=True)
@@ -26,17 +27,9 @@ class RunData:
     description: dict      # what a checkpoint records about the data (JSON)
 
 
-def _data_path(data) -> str | None:
-    if data is None or str(data) == "":
-        data = os.environ.get("RELUATTN_DATA") or None
-    return None if data is None else str(Path(data).expanduser().absolute())
-
-
 def available_splits(data, dataset: str | None) -> tuple[str, ...]:
     """The split names `data` holds (train/test for CIFAR, the top-level folders of an image folder)."""
-    from .data import detect_format, index_image_folder
-    from .data.cifar import SPLITS as CIFAR_SPLITS
-    path = _data_path(data)
+    path = data_source(data)
     if path is None or detect_format(path).startswith("cifar"):
         return tuple(CIFAR_SPLITS)
     return tuple(sorted(index_image_folder(path).splits))
@@ -60,8 +53,7 @@ def channel_statistics(images, chunk: int = 4096) -> tuple[list, list]:
 
 def load_run_data(config: TrainConfig, data=None, *, progress: bool = True) -> RunData:
     """Training and validation images for `config` (not yet resolved: any preset or saved config)."""
-    from .data import load_dataset, split_validation, take_subset
-    path = _data_path(data)
+    path = data_source(data)
     full = load_dataset(path, "train", dataset=config.dataset, progress=progress)
     if config.val_split > 0:
         train, validation = split_validation(full, config.val_split, config.data_seed)
@@ -95,8 +87,7 @@ def load_split(config: TrainConfig, description: dict, data, split: str | None, 
     """(images, labels, split name) of one split, for evaluating a run's checkpoint.
 
     `split` None means "test" when the dataset has one, else "val" (the run's held-out images)."""
-    from .data import DataError, load_dataset, split_validation
-    path = _data_path(data) or description.get("path")
+    path = data_source(data) or description.get("path")
     splits = available_splits(path, config.dataset)
     if split is None:
         split = "test" if "test" in splits else "val"

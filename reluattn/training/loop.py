@@ -2,6 +2,10 @@
 
     result = train(config, "runs/x", data="cifar10-train.zip")          # or resume=True
 
+The loop owns the schedule (data order, when to log, validate and checkpoint, stopping) and drives an
+Engine (engine.py), which owns the backend, the parameters and the optimizer state; the run directory's
+files are run_dir.py's. A step goes loop -> engine -> the backend's train step, nothing else.
+
 Step s (0-based) of a run is a pure function of the seed and s: its batch is positions
 [p*B, (p+1)*B) of the permutation `np.random.default_rng([seed, epoch]).permutation(N)` (epoch, p =
 divmod(s, steps per epoch); the last partial batch of an epoch is dropped), and its augmentation comes
@@ -16,25 +20,21 @@ checkpoint and return exit code 130 / 143.
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from .checkpoint import CheckpointError, list_checkpoints, load_checkpoint, save_checkpoint
-from .params import check_params, flatten, init_params
-from .presets import TrainConfig
-from .resume import StopRequests, check_resume, saved_train_config
+from ..params import check_params, flatten, init_params
+from .config import TrainConfig
 from .run_data import load_run_data
-from .run_files import MetricsLog
-
-SUMMARY = "summary.json"
+from .run_dir import (CheckpointError, MetricsLog, check_resume, list_checkpoints, load_checkpoint,
+                      save_checkpoint, saved_train_config, write_summary)
 
 
 class NonFiniteLoss(RuntimeError):
@@ -54,23 +54,6 @@ class TrainResult:
 
 # ---------------------------------------------------------------------------------------------- the loop
 
-def _make_engine(config: TrainConfig, run_data):
-    data = (run_data.train.images, run_data.train.labels, run_data.description["mean"], run_data.description["std"])
-    if config.backend == "numpy":
-        from .train_numpy import NumpyEngine
-        return NumpyEngine(config, *data)
-    from .train_jax import JaxEngine
-    return JaxEngine(config, *data)
-
-
-def _write_json_atomically(path: Path, data: dict) -> None:
-    temporary = path.with_name(f".{path.name}.tmp")
-    with open(temporary, "w") as handle:
-        json.dump(data, handle, indent=2, sort_keys=True)
-        handle.write("\n")
-    os.replace(temporary, path)
-
-
 def _status(out, message: str) -> None:
     print(f"reluattn: {message}", file=out, flush=True)
 
@@ -88,11 +71,11 @@ def train(config: TrainConfig, out, *, data=None, resume: bool = False, progress
         raise ValueError(f"{run_dir} already holds a run (checkpoint {list_checkpoints(run_dir)[-1].name}); pass "
                          f"--resume to continue it, or choose another --out")
 
+    from .engine import configure_jax_cpu, make_engine  # imports JAX
     if config.backend == "jax":
-        # Set up malloc for XLA (jax_backend/fast/cpu_setup.py) before loading the data: decoding starts
-        # threads, and malloc settings made after that no longer reach every thread.
-        from .jax_backend.fast import cpu_setup
-        cpu_setup.configure()
+        # Before loading the data: decoding starts threads, and malloc settings made after that no longer
+        # reach every thread.
+        configure_jax_cpu()
     run_data = load_run_data(config, data, progress=progress)
     description = run_data.description
     resolved = config.resolve(description["num_train"], description["image_size"], description["channels"],
@@ -111,7 +94,8 @@ def train(config: TrainConfig, out, *, data=None, resume: bool = False, progress
         return TrainResult(0, start, total, *_best_and_final(history), checkpoint["path"], line)
 
     run_dir.mkdir(parents=True, exist_ok=True)
-    engine = _make_engine(resolved, run_data)
+    engine = make_engine(resolved, run_data.train.images, run_data.train.labels, description["mean"],
+                         description["std"])
     if checkpoint is not None:
         params = checkpoint["params"]
         try:
@@ -282,7 +266,7 @@ class _Loop:
         line = _summary(self.config, self.run_dir, total, total, self.history, self.elapsed(), self.images_per_s(),
                         "done")
         best, final = _best_and_final(self.history)
-        _write_json_atomically(self.run_dir / SUMMARY, {
+        write_summary(self.run_dir, {
             "steps": total, "best_val_accuracy": best, "final_val_accuracy": final,
             "wall_time_s": round(self.elapsed(), 3), "images_per_s": self.images_per_s(),
             "checkpoint": str(self.last_checkpoint), "attention": self.config.model.attention.kind,
@@ -307,3 +291,27 @@ def _summary(config, run_dir, done, total, history, elapsed, images_per_s, statu
                      f"final {history[-1]['accuracy']:.4f}")
     parts.append(f"run {run_dir} ({config.model.attention.kind} attention)")
     return "; ".join(parts)
+
+
+class StopRequests:
+    """Turns SIGINT / SIGTERM into a request the loop honours after the current step. A second signal
+    stops at once (KeyboardInterrupt); saved checkpoints are atomic, so nothing already saved is lost."""
+
+    def __init__(self):
+        self.signal = None
+        self._previous = {}
+
+    def _handle(self, signum, frame):
+        if self.signal is not None:
+            raise KeyboardInterrupt
+        self.signal = signum
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .checkpoint import CheckpointError, load_checkpoint
-from .params import check_params
-from .presets import train_config_from_dict
+from .. import backend as get_backend
+from ..params import check_params
+from .config import train_config_from_dict
 from .run_data import load_split
+from .run_dir import CheckpointError, load_checkpoint
 
 
 def load_trained(checkpoint) -> dict:
@@ -58,29 +59,28 @@ def evaluate_checkpoint(checkpoint, data=None, split=None, *, batch_size: int = 
         raise ValueError(f"--batch-size must be a positive whole number, got {batch_size!r}")
     trained = load_trained(checkpoint)
     config = trained["config"]
+    chosen = backend or config.backend
+    from . import engine  # imports JAX
+    if chosen == "jax":
+        engine.configure_jax_cpu()  # before loading the data, as the trainer does
     images, labels, split = _images_for(trained, data, split, progress)
     mean, std = trained["data"]["mean"], trained["data"]["std"]
-    if (backend or config.backend) == "numpy":
-        from . import backend as get_backend
-        from .train_numpy import evaluate_arrays
-        result = evaluate_arrays(get_backend("numpy"), trained["params"], images, labels, config.model, mean, std,
-                                 batch_size)
+    if chosen == "numpy":
+        result = engine.evaluate_arrays(engine.numpy_scorer(config.model, mean, std), trained["params"], images,
+                                        labels, batch_size)
     else:
         import jax
-        from .jax_backend import sharding
-        from .train_jax import _compute_dtype, augmentation, device_mesh, evaluate_arrays, make_eval_batch
-        mesh = device_mesh()
-        normalize = augmentation(config, mean, std)[1]
-        eval_batch = make_eval_batch(config.model, _compute_dtype(config), normalize, mesh)
+        from ..jax_backend import sharding
+        mesh = engine.device_mesh()
         params = jax.device_put(trained["params"], sharding.replicated(mesh))
-        result = evaluate_arrays(eval_batch, params, images, labels, batch_size, mesh.size)
+        result = engine.evaluate_arrays(engine.jax_scorer(config, mean, std, mesh), params, images, labels,
+                                        batch_size, mesh.size)
     return dict(result, split=split, checkpoint=str(trained["path"]))
 
 
 def attention_maps(trained: dict, image: np.ndarray, backend=None):
     """(logits (K,), list of per-block attention weights (H, T, T)) of one uint8 image (S, S, C)."""
-    from . import backend as get_backend
-    from .train_numpy import normalize
+    from .augment import normalize
     config = trained["config"]
     batch = normalize(image[None], trained["data"]["mean"], trained["data"]["std"])  # (1, S, S, C)
     chosen = get_backend(backend or config.backend)

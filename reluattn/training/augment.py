@@ -1,76 +1,75 @@
-"""Data augmentation on the accelerator, inside the jitted training step.
+"""Training-time augmentation, host and device side by side, and the one normalisation.
 
-Pure functions of an explicit PRNG key, batched and vectorised (no Python loop over images):
-random crop with zero padding, random horizontal flip, uint8 -> float with per-channel normalisation, and
-optional mixup / cutmix that turn integer labels into soft (B, K) targets. The host ships uint8 batches
-(4x fewer bytes than float32); everything else happens here.
+    normalize(images, mean, std)           uint8 -> (pixel / 255 - mean) / std per channel; NumPy arrays
+                                           stay NumPy (host), anything else is computed with jax.numpy
+    host (--backend numpy, NumPy):         crop_and_flip(images, rng, cfg)
+    device (JAX, inside the jitted step):  augment_batch(key, images, labels, cfg, num_classes)
+                                           = random_crop, random_flip, normalize, then mix_batch
+                                           (mixup / cutmix, which turn labels into (B, K) soft targets)
+
+What to do is an `AugmentationConfig` (config.py). The device functions are pure functions of an explicit
+PRNG key, batched and vectorised (no Python loop over images); the host ships uint8 batches (4x fewer
+bytes than float32) and everything else happens on the device. Evaluation uses `normalize` alone.
 
 Shapes: B batch, S image side in pixels, C channels, K classes.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
-# Per-channel mean and standard deviation of pixel / 255 over the 50,000 training images of the shared
-# CIFAR-10 JPEG copy (../shared/data/cifar10-train.zip), measured with:
+from .config import AugmentationConfig
+
+# Per-channel mean and standard deviation of pixel / 255 over the 50,000 training images of the JPEG copy
+# of CIFAR-10 (the defaults of `normalize`; a run normalises with its own training images' statistics,
+# run_data.channel_statistics), measured with RELUATTN_DATA pointing at that copy:
 #   python -c "import numpy as np; from reluattn.data import load_dataset;
-#     x = load_dataset('../shared/data/cifar10-train.zip').images.reshape(-1, 3) / 255.0;
-#     print(x.mean(0).round(4), x.std(0).round(4))"
+#     x = load_dataset().images.reshape(-1, 3) / 255.0; print(x.mean(0).round(4), x.std(0).round(4))"
 # (The canonical archive gives 0.4914 0.4822 0.4465 / 0.2470 0.2435 0.2616; JPEG smooths the copy a little.)
 CIFAR10_MEAN = (0.4913, 0.4821, 0.4465)
 CIFAR10_STD = (0.2452, 0.2428, 0.2606)
 
 
-@dataclass(frozen=True)
-class AugmentConfig:
-    """What the training step does to each batch; frozen, so it can be a static jit argument."""
-    crop_padding: int = 4          # pixels of zero padding before a random crop back to S x S; 0: no crop
-    flip: bool = True              # mirror half the images left-right
-    mixup_alpha: float = 0.0       # Beta(alpha, alpha) mixing weight; 0: no mixup
-    cutmix_alpha: float = 0.0      # Beta(alpha, alpha) kept area; 0: no cutmix (both > 0: one or the other per batch)
-    mean: tuple = CIFAR10_MEAN     # per-channel, of pixel / 255
-    std: tuple = CIFAR10_STD
+def normalize(images, mean=CIFAR10_MEAN, std=CIFAR10_STD, dtype=np.float32):
+    """uint8 images -> (pixel / 255 - mean) / std per channel, computed in float32 and returned in `dtype`.
+    The one normalisation of training and evaluation, host and device: a NumPy array gives a NumPy array,
+    a JAX array (or a tracer, inside jit) a JAX array."""
+    mean, std = tuple(float(m) for m in mean), tuple(float(s) for s in std)
+    if not mean or len(mean) != len(std) or not all(s > 0 for s in std):
+        raise ValueError(f"normalize needs one mean and one positive std per channel; got {mean} and {std}")
+    if images.shape[-1] != len(mean):
+        raise ValueError(f"images have {images.shape[-1]} channels but mean/std give {len(mean)}")
+    xp = np if isinstance(images, np.ndarray) else jnp
+    scale = 1.0 / (255.0 * xp.asarray(std, xp.float32))             # (C,)
+    shift = xp.asarray(mean, xp.float32) / xp.asarray(std, xp.float32)  # (C,)
+    return (images.astype(xp.float32) * scale - shift).astype(dtype)  # (B, S, S, C)
 
-    def __post_init__(self):
-        if isinstance(self.crop_padding, bool) or not isinstance(self.crop_padding, int) or self.crop_padding < 0:
-            raise ValueError(f"AugmentConfig.crop_padding must be an int >= 0, got {self.crop_padding!r}")
-        if not isinstance(self.flip, bool):
-            raise ValueError(f"AugmentConfig.flip must be True or False, got {self.flip!r}")
-        for name in ("mixup_alpha", "cutmix_alpha"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-                raise ValueError(f"AugmentConfig.{name} must be a finite number >= 0, got {value!r}")
-        mean, std = tuple(self.mean), tuple(self.std)
-        if not mean or len(mean) != len(std):
-            raise ValueError(f"AugmentConfig.mean and .std must have one value per channel; got {mean} and {std}")
-        if not all(isinstance(s, (int, float)) and s > 0 for s in std):
-            raise ValueError(f"AugmentConfig.std must be positive numbers, got {std}")
-        object.__setattr__(self, "mean", tuple(float(m) for m in mean))  # tuples keep the config hashable
-        object.__setattr__(self, "std", tuple(float(s) for s in std))
 
-    @property
-    def mixes(self) -> bool:
-        return self.mixup_alpha > 0 or self.cutmix_alpha > 0
+# ------------------------------------------------------------------------------------------------ host
 
+def crop_and_flip(images: np.ndarray, rng: np.random.Generator, cfg: AugmentationConfig) -> np.ndarray:
+    """Random crop after zero-padding each side by `cfg.crop_padding` pixels, and random left-right flips
+    (`cfg.flip`), drawn from `rng`. NumPy, on uint8 or float images."""
+    batch, side = images.shape[0], images.shape[1]
+    if cfg.crop_padding:
+        padding = cfg.crop_padding
+        padded = np.pad(images, ((0, 0), (padding, padding), (padding, padding), (0, 0)))  # (B, S+2p, S+2p, C)
+        offsets = rng.integers(0, 2 * padding + 1, size=(batch, 2))  # (B, 2) top-left corners
+        images = np.stack([padded[i, y:y + side, x:x + side] for i, (y, x) in enumerate(offsets)])
+    if cfg.flip:
+        mirrored = rng.random(batch) < 0.5  # (B,)
+        images = np.where(mirrored[:, None, None, None], images[:, :, ::-1], images)
+    return images
+
+
+# ---------------------------------------------------------------------------------------------- device
 
 def to_float(images, dtype=jnp.float32):
     """uint8 pixels in [0, 255] -> floats in [0, 1]."""
     return images.astype(dtype) / 255.0  # (B, S, S, C)
-
-
-def normalize(images, mean=CIFAR10_MEAN, std=CIFAR10_STD, dtype=jnp.float32):
-    """uint8 images -> (pixel / 255 - mean) / std per channel, in `dtype` (computed in float32)."""
-    if images.shape[-1] != len(mean):
-        raise ValueError(f"images have {images.shape[-1]} channels but mean/std give {len(mean)}")
-    scale = 1.0 / (255.0 * jnp.asarray(std, jnp.float32))             # (C,)
-    shift = jnp.asarray(mean, jnp.float32) / jnp.asarray(std, jnp.float32)  # (C,)
-    return (images.astype(jnp.float32) * scale - shift).astype(dtype)  # (B, S, S, C)
 
 
 def random_crop(key, images, padding: int = 4):
@@ -143,21 +142,17 @@ def cutmix(key, images, targets, alpha: float):
     return mix_batch(key, images, targets, cutmix_alpha=alpha)
 
 
-def augment_batch(key, images, labels, cfg: AugmentConfig, num_classes: int, dtype=jnp.float32):
+def augment_batch(key, images, labels, cfg: AugmentationConfig, num_classes: int, dtype=jnp.float32,
+                  mean=CIFAR10_MEAN, std=CIFAR10_STD):
     """A training batch: uint8 (B, S, S, C) images and (B,) labels -> normalised `dtype` images and the
     labels, which become (B, K) float32 targets when mixup or cutmix is on. Call it inside the jitted step
-    with `cfg` and `num_classes` static."""
+    with `cfg`, `num_classes`, `mean` and `std` static (tuples)."""
     crop_key, flip_key, mix_key = jax.random.split(key, 3)
     if cfg.crop_padding:
         images = random_crop(crop_key, images, cfg.crop_padding)  # (B, S, S, C) uint8: pads with black
     if cfg.flip:
         images = random_flip(flip_key, images)
-    images = normalize(images, cfg.mean, cfg.std)  # (B, S, S, C) float32
+    images = normalize(images, mean, std)  # (B, S, S, C) float32
     if cfg.mixes:
         images, labels = mix_batch(mix_key, images, one_hot(labels, num_classes), cfg.mixup_alpha, cfg.cutmix_alpha)
     return images.astype(dtype), labels
-
-
-def prepare_eval_batch(images, cfg: AugmentConfig, dtype=jnp.float32):
-    """An evaluation batch: uint8 images -> normalised `dtype` images, nothing random."""
-    return normalize(images, cfg.mean, cfg.std, dtype)

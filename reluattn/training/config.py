@@ -1,12 +1,12 @@
-"""Training configuration (`TrainConfig`) and the named presets of `reluattn train --preset NAME`.
+"""What a training run computes: `TrainConfig`, and the `AugmentationConfig` inside it.
 
 A `TrainConfig` is everything that decides what a run computes: the model, the optimizer, the data
 order, augmentation, precision and backend. Like the model configs it is frozen, validated on
 construction and round-trips through JSON; a checkpoint stores it, and `--resume` refuses a command line
-that would change it.
+that would change it. The named starting points of `reluattn train --preset NAME` are in presets.py.
 
 Some numbers depend on the dataset (its image size and class count, how many steps an epoch holds), so
-a preset is completed by `config.resolve(num_train, image_size, channels, num_classes)` once the data is
+a config is completed by `config.resolve(num_train, image_size, channels, num_classes)` once the data is
 loaded: that sets the model's input/output sizes, `optimizer.total_steps` and the warm-up in steps.
 """
 
@@ -15,19 +15,21 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from .config import (AttentionConfig, OptimizerConfig, ViTConfig, _JsonConfig, _check_bool, _check_choice,
-                     _check_float, _check_int)
+from .. import BACKENDS
+from ..config import OptimizerConfig, ViTConfig, _check_bool, _check_choice, _check_float, _check_int, _JsonConfig
+from ..data import DATASETS
 
-BACKENDS = ("jax", "numpy")
 COMPUTE_DTYPES = ("float32", "bfloat16")
-DATASETS = ("cifar10", "cifar100", "folder")
 # Fields that change how a run reports, not what it computes: a resumed run may change them freely.
 OPERATIONAL_FIELDS = ("eval_every", "checkpoint_every", "log_every", "keep_checkpoints")
+# What a checkpoint written before a field existed implies for it: the JAX backend always took its speed paths.
+IMPLIED_BY_OLDER_CHECKPOINTS = {"fast": True}
 
 
 @dataclass(frozen=True)
 class AugmentationConfig(_JsonConfig):
-    """Training-time augmentation, done on device inside the jitted step (host-side for --backend numpy)."""
+    """Training-time augmentation (augment.py): on device inside the jitted step with the JAX backend, on
+    the host with --backend numpy (crop and flip only). Frozen, so it can be a static jit argument."""
 
     crop_padding: int = 4        # pad each side by this many pixels, then crop back at a random offset; 0: off
     flip: bool = True            # mirror left-right with probability 1/2
@@ -41,6 +43,11 @@ class AugmentationConfig(_JsonConfig):
         for name in ("mixup_alpha", "cutmix_alpha"):
             _check_float(owner, name, getattr(self, name), minimum=0.0)
             object.__setattr__(self, name, float(getattr(self, name)))
+
+    @property
+    def mixes(self) -> bool:
+        """Whether mixup or cutmix is on (labels then become (B, K) soft targets)."""
+        return self.mixup_alpha > 0 or self.cutmix_alpha > 0
 
 
 @dataclass(frozen=True)
@@ -67,6 +74,7 @@ class TrainConfig(_JsonConfig):
     augmentation: AugmentationConfig = field(default_factory=AugmentationConfig)
     compute_dtype: str = "float32"     # matmul inputs: "float32" or "bfloat16" (params, state, loss stay f32)
     backend: str = "jax"               # "jax" (jit, data parallel) or "numpy" (the reference model; small runs)
+    fast: bool = False                 # JAX only: the backend's opt-in speed paths (on in every preset)
 
     def __post_init__(self):
         owner = "TrainConfig"
@@ -106,6 +114,7 @@ class TrainConfig(_JsonConfig):
         object.__setattr__(self, "label_smoothing", float(self.label_smoothing))
         _check_choice(owner, "compute_dtype", self.compute_dtype, COMPUTE_DTYPES)
         _check_choice(owner, "backend", self.backend, BACKENDS)
+        _check_bool(owner, "fast", self.fast)
         if self.backend == "numpy" and self.compute_dtype != "float32":
             raise ValueError(f"{owner}.compute_dtype {self.compute_dtype!r} needs backend 'jax' (the NumPy "
                              f"backend computes in the parameters' dtype, float32)")
@@ -154,89 +163,14 @@ def config_differences(saved: dict, new: dict, prefix: str = "", ignore=OPERATIO
     return differences
 
 
-# ------------------------------------------------------------------------------------------------ presets
-#
-# Each preset says what it trains, its budget, the command, and the result measured on a named machine
-# ("not measured yet" until someone has run it there). CIFAR-10 numbers come from the shared JPEG copy of
-# the training set (`../shared/data/cifar10-train.zip`) with 5,000 images held out for validation.
-
-PRESETS: dict[str, TrainConfig] = {
-    # cpu-small — the `make train` default.
-    #   Model: ViT 128 wide, 6 deep, 4 heads (Dh 32), MLP 256, patch 4 (65 tokens), relu/L attention.
-    #   Budget: 2-core CPU, at most 20 minutes; bfloat16 matmuls, AdamW, 1-epoch warm-up then cosine,
-    #           crop+flip, label smoothing 0.1.
-    #   Command: make train   (= python -m reluattn train --preset cpu-small, data from RELUATTN_DATA)
-    #   Target: >= 65% validation accuracy on CIFAR-10.
-    #   Measured (docs/results.md; 2-core Xeon with AMX, KVM, jax 0.10.2, shared JPEG CIFAR-10 copy, seed 0):
-    #     69.3% validation accuracy, 14 min 10 s wall time for `make train` in a fresh clone (440 images/s);
-    #     softmax under the same budget 65.7%.
-    "cpu-small": TrainConfig(
-        preset="cpu-small",
-        model=ViTConfig(dim=128, depth=6, heads=4, mlp_dim=256, patch_size=4, pool="cls",
-                        attention=AttentionConfig(kind="relu", alpha=1.0)),
-        optimizer=OptimizerConfig(learning_rate=2e-3, weight_decay=0.05, clip_norm=1.0),
-        batch_size=128, epochs=8, warmup_epochs=1.0, label_smoothing=0.1,
-        augmentation=AugmentationConfig(crop_padding=4, flip=True),
-        compute_dtype="bfloat16", eval_every=None, checkpoint_every=None),
-
-    # gpu-tiny — ViT-Ti/4 on one GPU.
-    #   Model: ViT 192 wide, 12 deep, 3 heads (Dh 64), MLP 768, patch 4, relu/L attention.
-    #   Budget: 100 epochs at batch 256, bfloat16, AdamW 1e-3, 5-epoch warm-up then cosine, crop+flip,
-    #           label smoothing 0.1.
-    #   Command: python -m reluattn train --preset gpu-tiny --data PATH --out runs/gpu-tiny
-    #   Measured (docs/results.md; one NVIDIA H200, jax 0.11.2, shared JPEG CIFAR-10 copy, seed 0):
-    #     80.1% best validation accuracy (79.8% final), 277 s of training at 25,700 images/s.
-    "gpu-tiny": TrainConfig(
-        preset="gpu-tiny",
-        model=ViTConfig(dim=192, depth=12, heads=3, mlp_dim=768, patch_size=4, pool="cls",
-                        attention=AttentionConfig(kind="relu", alpha=1.0)),
-        optimizer=OptimizerConfig(learning_rate=1e-3, weight_decay=0.05, clip_norm=1.0),
-        batch_size=256, epochs=100, warmup_epochs=5.0, label_smoothing=0.1,
-        augmentation=AugmentationConfig(crop_padding=4, flip=True),
-        compute_dtype="bfloat16"),
-
-    # gpu-long — aimed at >= 90% on CIFAR-10.
-    #   Model: ViT 384 wide, 8 deep, 6 heads (Dh 64), MLP 1152, patch 4, relu/L attention.
-    #   Budget: 300 epochs at batch 512, bfloat16, AdamW 1e-3, 10-epoch warm-up then cosine, crop+flip,
-    #           mixup 0.8 / cutmix 1.0, label smoothing 0.1.
-    #   Command: python -m reluattn train --preset gpu-long --data PATH --out runs/gpu-long
-    #   Target: >= 90% validation accuracy. Expected result and runtime: not measured yet
-    #   (estimated ~20 min on one H200 from gpu-tiny's measured speed).
-    "gpu-long": TrainConfig(
-        preset="gpu-long",
-        model=ViTConfig(dim=384, depth=8, heads=6, mlp_dim=1152, patch_size=4, pool="cls",
-                        attention=AttentionConfig(kind="relu", alpha=1.0)),
-        optimizer=OptimizerConfig(learning_rate=1e-3, weight_decay=0.05, clip_norm=1.0),
-        batch_size=512, epochs=300, warmup_epochs=10.0, label_smoothing=0.1,
-        augmentation=AugmentationConfig(crop_padding=4, flip=True, mixup_alpha=0.8, cutmix_alpha=1.0),
-        compute_dtype="bfloat16"),
-}
-
-
-# One line per preset for `reluattn train --help` (the comments above hold the details).
-PRESET_SUMMARIES = {
-    "cpu-small": "ViT 128x6, 4 heads, patch 4, relu/L, bf16, 8 epochs, batch 128; 2-core CPU, <= 20 min, "
-                 "target >= 65% CIFAR-10 val (measured: 69.3% in 14 min). The `make train` default.",
-    "gpu-tiny": "ViT-Ti/4 (192x12, 3 heads, MLP 768), relu/L, bf16, 100 epochs, batch 256; one GPU "
-                "(measured: 80.1% val in 277 s on one H200).",
-    "gpu-long": "ViT 384x8, 6 heads, MLP 1152, relu/L, bf16, 300 epochs, batch 512, mixup+cutmix; one GPU, "
-                "aimed at >= 90% CIFAR-10 (result and runtime: not measured yet).",
-}
-
-
-def get_preset(name: str) -> TrainConfig:
-    if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
-    return PRESETS[name]
-
-
 def train_config_from_dict(data: dict) -> TrainConfig:
     """A TrainConfig from a checkpoint's config.json (which also holds a "data" description)."""
     if not isinstance(data, dict):
         raise ValueError(f"a training config must be a JSON object, got {type(data).__name__}")
     known = {f.name for f in dataclasses.fields(TrainConfig)}
+    data = {**IMPLIED_BY_OLDER_CHECKPOINTS, **data}
     return TrainConfig.from_dict({key: value for key, value in data.items() if key in known})
 
 
-__all__ = ["AugmentationConfig", "TrainConfig", "PRESETS", "PRESET_SUMMARIES", "get_preset", "config_differences",
-           "train_config_from_dict", "OPERATIONAL_FIELDS"]
+__all__ = ["AugmentationConfig", "TrainConfig", "COMPUTE_DTYPES", "OPERATIONAL_FIELDS", "config_differences",
+           "train_config_from_dict"]

@@ -1,0 +1,23 @@
+"""The `reluattn train | evaluate | plot | attention` tool, apart from the model it trains.
+
+    from reluattn.training import PRESETS, TrainConfig, train
+    result = train(PRESETS["cpu-small"].replace(epochs=1), "runs/x", data="cifar10-train.zip")
+
+    config.py      TrainConfig (everything a run computes) and AugmentationConfig
+    presets.py     the named TrainConfigs of `--preset`, each with its budget and measured result
+    loop.py        train(): data order, logging, validation, checkpoints, stopping and resuming
+    engine.py      the Engine protocol the loop calls, a NumPy and a JAX engine, and the one evaluation
+    augment.py     host (NumPy) and device (JAX) augmentation side by side, and the one `normalize`
+    run_data.py    which images a run trains and validates on, and their normalisation statistics
+    run_dir.py     what a run directory holds: checkpoints, metrics.jsonl, summary.json, resume checks
+    evaluation.py  scoring a checkpoint (`evaluate`) and its attention maps (`attention`)
+    plots.py       training curves and attention-map figures
+
+Importing this package (or loop.py) does not import JAX; `train()` does, when it starts.
+"""
+
+from .config import AugmentationConfig, TrainConfig
+from .loop import TrainResult, train
+from .presets import PRESETS, get_preset
+
+__all__ = ["AugmentationConfig", "TrainConfig", "PRESETS", "get_preset", "train", "TrainResult"]

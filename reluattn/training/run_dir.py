@@ -1,0 +1,324 @@
+"""A run directory: checkpoints, metrics.jsonl, and what resuming reads back. No pickle anywhere.
+
+    <run>/checkpoints/step_00000100/
+        config.json       the run's configuration (TrainConfig and a description of its data)
+        params.npz        the parameter tree, flattened to "blocks/0/attn/qkv/w"-style keys
+        opt_state.npz     the optimizer state, flattened the same way (its layout is the backend's)
+        state.json        step, epoch, seeds: what a resumed run needs to continue exactly
+    <run>/checkpoints/LATEST   the name of the newest complete checkpoint
+    <run>/metrics.jsonl    one JSON object per line:
+        {"step", "epoch", "split": "train" | "val" | "test", "loss", "accuracy", "learning_rate",
+         "images_per_s", "time"}
+    <run>/summary.json     written at the end of a run (loop.py)
+
+Every checkpoint write goes to a temporary directory that is renamed into place only when complete, and
+LATEST is replaced atomically after that, so a crash at any instant leaves the previous checkpoint intact.
+The optimizer state is saved flat ({name: array}, `flatten_opt_state`) and restored against a fresh state
+from the backend's `init_optimizer` (`restore_opt_state`), so a saved state that does not fit the run is
+refused rather than half-loaded. In metrics.jsonl "step" counts the optimizer steps done and "time" is
+seconds of training since the run began (resumes included); train lines average the steps since the
+previous line, and "learning_rate" is the last one used.
+
+Resuming: `saved_train_config` reads the run's config back, and `check_resume` refuses a command that would
+change what the run computes.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import math
+import os
+import shutil
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from ..params import flatten, unflatten
+from .config import IMPLIED_BY_OLDER_CHECKPOINTS, TrainConfig, config_differences, train_config_from_dict
+
+CHECKPOINTS = "checkpoints"
+LATEST = "LATEST"
+FILES = ("config.json", "params.npz", "opt_state.npz", "state.json")
+METRICS = "metrics.jsonl"
+SUMMARY = "summary.json"
+
+
+# ------------------------------------------------------------------------------------------- checkpoints
+
+class CheckpointError(ValueError):
+    """A checkpoint could not be written or read; the message says what to do."""
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _write_npz(path: Path, arrays: dict) -> None:
+    with open(path, "wb") as handle:
+        np.savez(handle, **{key: np.asarray(value) for key, value in arrays.items()})
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _write_text(path: Path, text: str) -> None:
+    with open(path, "w") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def save_checkpoint(run_dir, step: int, config: dict, params, opt_state: dict, state: dict,
+                    keep: int = 3) -> Path:
+    """Write checkpoint `step` under `run_dir` atomically and point LATEST at it; keep the newest `keep`.
+
+    `params` is a parameter tree; `opt_state` a flat {name: array} dict; `config` and `state` JSON-able.
+    On failure (a full disk, say) nothing already saved is touched and a CheckpointError says why.
+    """
+    root = Path(run_dir) / CHECKPOINTS
+    name = f"step_{step:08d}"
+    final = root / name
+    temporary = root / f".tmp-{name}-{os.getpid()}"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(temporary, ignore_errors=True)
+        temporary.mkdir()
+        _write_text(temporary / "config.json", json.dumps(config, indent=2, sort_keys=True))
+        _write_npz(temporary / "params.npz", flatten(params))
+        _write_npz(temporary / "opt_state.npz", opt_state)
+        _write_text(temporary / "state.json", json.dumps(dict(state, step=step), indent=2, sort_keys=True))
+        _fsync_dir(temporary)
+        if final.exists():  # re-saving the same step (e.g. after a resume): swap the old one out first
+            shutil.rmtree(final)
+        os.rename(temporary, final)
+        _fsync_dir(root)
+        _write_text(root / f".{LATEST}.tmp", name)
+        os.replace(root / f".{LATEST}.tmp", root / LATEST)
+        _fsync_dir(root)
+    except OSError as error:
+        shutil.rmtree(temporary, ignore_errors=True)
+        reason = "the disk is full" if error.errno == errno.ENOSPC else (error.strerror or str(error))
+        raise CheckpointError(f"could not write checkpoint {final}: {reason}; free space or choose another "
+                              f"--out (earlier checkpoints are intact)") from None
+    for old in list_checkpoints(run_dir)[:-keep] if keep else []:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def list_checkpoints(run_dir) -> list[Path]:
+    """Complete checkpoint directories of a run, oldest first."""
+    root = Path(run_dir) / CHECKPOINTS
+    if not root.is_dir():
+        return []
+    found = [path for path in root.glob("step_*") if path.is_dir() and all((path / f).is_file() for f in FILES)]
+    return sorted(found, key=lambda path: path.name)
+
+
+def resolve_checkpoint(path) -> Path:
+    """A checkpoint directory itself, or a run directory meaning its latest checkpoint."""
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"no checkpoint at {path}: pass a run directory (the --out of train) or one of "
+                              f"its checkpoints/step_* directories")
+    if (path / "params.npz").is_file():
+        return path
+    root = path / CHECKPOINTS
+    latest = root / LATEST
+    if latest.is_file():
+        candidate = root / latest.read_text().strip()
+        if candidate.is_dir() and all((candidate / f).is_file() for f in FILES):
+            return candidate
+    found = list_checkpoints(path)
+    if not found:
+        raise CheckpointError(f"{path} holds no checkpoint: pass a run directory (the --out of train) or one of "
+                              f"its checkpoints/step_* directories")
+    return found[-1]
+
+
+def _read_npz(path: Path) -> dict:
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {key: data[key] for key in data.files}
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as error:
+        raise CheckpointError(f"{path} is corrupted or not a checkpoint array file ({error}); "
+                              f"resume from an earlier checkpoint or start a new run") from None
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise CheckpointError(f"{path} does not parse as JSON ({error}); the checkpoint is corrupted") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path} should hold a JSON object; the checkpoint is corrupted")
+    return data
+
+
+def load_checkpoint(path) -> dict:
+    """{"path", "config", "params" (tree), "opt_state" (flat dict), "state"} of a checkpoint or run directory."""
+    directory = resolve_checkpoint(path)
+    return {
+        "path": directory,
+        "config": _read_json(directory / "config.json"),
+        "params": unflatten(_read_npz(directory / "params.npz")),
+        "opt_state": _read_npz(directory / "opt_state.npz"),
+        "state": _read_json(directory / "state.json"),
+    }
+
+
+# ------------------------------------------------------------------------------------------ metrics.jsonl
+
+def read_metrics(path) -> list[dict]:
+    """The records of a metrics.jsonl (a run directory or the file); lines cut off by a crash are skipped."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / METRICS
+    records = []
+    with open(path) as handle:
+        for line in handle:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(record, dict) and isinstance(record.get("step"), int):
+                records.append(record)
+    return records
+
+
+class MetricsLog:
+    """Appends records to `<run>/metrics.jsonl`, one flushed line each."""
+
+    def __init__(self, run_dir):
+        self.path = Path(run_dir) / METRICS
+
+    def truncate_after(self, step: int) -> None:
+        """Keep only records up to `step` (those a resumed run will not write again); atomic rewrite."""
+        if not self.path.exists():
+            return
+        kept = [record for record in read_metrics(self.path) if record["step"] <= step]
+        temporary = self.path.with_name(f".{METRICS}.tmp")
+        with open(temporary, "w") as handle:
+            handle.writelines(json.dumps(record) + "\n" for record in kept)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, self.path)
+
+    def append(self, record: dict) -> None:
+        clean = {key: (None if isinstance(value, float) and not math.isfinite(value) else value)
+                 for key, value in record.items()}
+        with open(self.path, "a") as handle:
+            handle.write(json.dumps(clean) + "\n")
+            handle.flush()
+
+
+def write_summary(run_dir, summary: dict) -> Path:
+    """Write `<run>/summary.json` atomically (a temporary file in the run directory, then a rename)."""
+    path = Path(run_dir) / SUMMARY
+    temporary = path.with_name(f".{path.name}.tmp")
+    with open(temporary, "w") as handle:
+        json.dump(summary, handle, indent=2, sort_keys=True)
+        handle.write("\n")
+    os.replace(temporary, path)
+    return path
+
+
+# ------------------------------------------------------------------------------------- optimizer states
+
+def flatten_opt_state(opt_state) -> dict:
+    """A flat {"a/b/0/c": np.ndarray} view of an optimizer state: the NumPy backend's dict tree, or an
+    optax state (tuples/named tuples of dicts), whose paths come from jax.tree_util."""
+    if isinstance(opt_state, dict):
+        return {key: np.asarray(value) for key, value in flatten(opt_state).items()}
+    import jax
+    leaves = jax.tree_util.tree_flatten_with_path(opt_state)[0]
+    return {_path_name(path): np.asarray(jax.device_get(leaf)) for path, leaf in leaves}
+
+
+def _path_name(path) -> str:
+    import jax
+    parts = []
+    for entry in path:
+        if isinstance(entry, jax.tree_util.DictKey):
+            parts.append(str(entry.key))
+        elif isinstance(entry, jax.tree_util.SequenceKey):
+            parts.append(str(entry.idx))
+        elif isinstance(entry, jax.tree_util.GetAttrKey):
+            parts.append(entry.name)
+        elif isinstance(entry, jax.tree_util.FlattenedIndexKey):
+            parts.append(str(entry.key))
+        else:
+            parts.append(str(entry))
+    return "/".join(parts)
+
+
+def restore_opt_state(saved: dict, template, source="the checkpoint"):
+    """`template` (a fresh state from init_optimizer) with its leaves replaced by the arrays in `saved`.
+
+    Every leaf must be present with the template's shape; dtypes are cast to the template's."""
+    expected = flatten_opt_state(template)
+    missing = sorted(set(expected) - set(saved))
+    extra = sorted(set(saved) - set(expected))
+    wrong = [f"{key} has shape {saved[key].shape}, expected {expected[key].shape}"
+             for key in expected if key in saved and saved[key].shape != expected[key].shape]
+    if missing or extra or wrong:
+        detail = "; ".join(([f"missing {', '.join(missing[:3])}"] if missing else [])
+                           + ([f"unexpected {', '.join(extra[:3])}"] if extra else []) + wrong[:3])
+        raise CheckpointError(f"the optimizer state in {source} does not fit this run's model and optimizer "
+                              f"({detail}); it was written by another configuration or backend")
+    arrays = {key: np.asarray(saved[key]).astype(expected[key].dtype, copy=False) for key in expected}
+    if isinstance(template, dict):
+        return unflatten(arrays)
+    import jax
+    leaves_with_paths, treedef = jax.tree_util.tree_flatten_with_path(template)
+    return jax.tree_util.tree_unflatten(treedef, [arrays[_path_name(path)] for path, _ in leaves_with_paths])
+
+
+# ------------------------------------------------------------------------------------------------ resume
+
+def saved_train_config(run_dir) -> TrainConfig:
+    """The TrainConfig stored in a run's latest checkpoint (for --resume)."""
+    run_dir = Path(run_dir)
+    if not list_checkpoints(run_dir):
+        raise CheckpointError(f"{run_dir} holds no checkpoint to resume; run without --resume to start it "
+                              f"afresh, or check --out")
+    path = resolve_checkpoint(run_dir) / "config.json"
+    try:
+        data = json.loads(path.read_text())
+        return train_config_from_dict(data)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CheckpointError(f"{path} does not parse ({error}); the checkpoint is corrupted — resume from an "
+                              f"earlier one or start a new run") from None
+    except ValueError as error:
+        raise CheckpointError(f"{path} is not a valid training config ({error}); the checkpoint is corrupted "
+                              f"or from another version") from None
+
+
+def check_resume(saved_config: dict, resolved: TrainConfig, description: dict, run_dir) -> None:
+    saved = {**IMPLIED_BY_OLDER_CHECKPOINTS, **{k: v for k, v in saved_config.items() if k != "data"}}
+    differences = config_differences(saved, resolved.to_dict())
+    saved_data = saved_config.get("data", {})
+    for name in ("class_names", "image_size", "channels", "num_train", "num_validation", "validation_split"):
+        if name in saved_data and saved_data[name] != description[name]:
+            differences.append(f"data.{name}: saved {_short(saved_data[name])}, now {_short(description[name])}")
+    if differences:
+        shown = "; ".join(differences[:5]) + (f"; and {len(differences) - 5} more" if len(differences) > 5 else "")
+        lengthened = any(d.split(":")[0] in ("steps", "epochs", "optimizer.total_steps") for d in differences)
+        why = (" (the learning-rate schedule is fixed by the run's length, so a run cannot be lengthened when "
+               "resumed)" if lengthened else "")
+        raise ValueError(f"cannot resume {run_dir}: this command differs from the saved run ({shown}){why}; drop "
+                         f"those flags to continue it, or start a new run with another --out")
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
