@@ -9,8 +9,8 @@ import pytest
 from data_builders import encode_image, image_folder_files, labelled_pixels, write_files, write_zip
 from data_builders import private_cache, one_line_error  # noqa: F401  (private_cache is an autouse fixture)
 from reluattn.data import DataError, detect_format, index_image_folder, load_dataset
-from reluattn.data import folder as folder_module
-from reluattn.data.folder import decode_images
+from reluattn.data import decode as decode_module
+from reluattn.data.decode import decode_images
 
 LAYOUT = {"train": {"truck": 3, "cat": 2, "airplane": 4}, "test": {"cat": 1, "truck": 2, "airplane": 1}}
 SORTED_CLASSES = ("airplane", "cat", "truck")
@@ -126,7 +126,7 @@ def test_empty_class_folder_is_an_error(tmp_path):
 @pytest.mark.parametrize("workers", [1, 2])
 @pytest.mark.parametrize("container", ["folder", "zip"])
 def test_unreadable_image_is_named(tmp_path, monkeypatch, workers, container):
-    monkeypatch.setattr(folder_module, "CHUNK_SIZE", 3)  # several chunks, so several workers get work
+    monkeypatch.setattr(decode_module, "CHUNK_SIZE", 3)  # several chunks, so several workers get work
     files, _ = image_folder_files(LAYOUT)
     files["train/truck/0001.png"] = b"\x89PNG\r\n\x1a\n this is not really a png"
     files["train/cat/0000.png"] = files["train/cat/0000.png"][:40]  # a truncated file
@@ -142,7 +142,7 @@ def test_unreadable_image_is_named(tmp_path, monkeypatch, workers, container):
 @pytest.mark.parametrize("odd", ["train/truck/0000.png", "train/truck/0002.png"])  # first of a chunk, or inside
 @pytest.mark.parametrize("workers", [1, 2])
 def test_mixed_sizes_name_the_file(tmp_path, monkeypatch, workers, odd):
-    monkeypatch.setattr(folder_module, "CHUNK_SIZE", 3)  # train: airplane 0-3, cat 4-5, truck 6-8
+    monkeypatch.setattr(decode_module, "CHUNK_SIZE", 3)  # train: airplane 0-3, cat 4-5, truck 6-8
     files, _ = image_folder_files(LAYOUT)
     files[odd] = encode_image(labelled_pixels(2, 2, side=16))
     with pytest.raises(DataError) as excinfo:
@@ -153,7 +153,7 @@ def test_mixed_sizes_name_the_file(tmp_path, monkeypatch, workers, odd):
 
 @pytest.mark.filterwarnings("error")
 def test_worker_processes_decode_the_same_images(tmp_path, monkeypatch):
-    monkeypatch.setattr(folder_module, "CHUNK_SIZE", 2)
+    monkeypatch.setattr(decode_module, "CHUNK_SIZE", 2)
     files, _ = image_folder_files(LAYOUT)
     path = write_zip(tmp_path / "f.zip", files)
     serial = load_dataset(path, "train", cache=False, workers=1)
