@@ -180,7 +180,7 @@ def png_bytes(pixels: np.ndarray, bit_depth: int = 8) -> bytes:
 def blank_gray_png(width: int, height: int) -> bytes:
     """A valid all-black 8-bit grayscale PNG of any size, compressed row by row (a few hundred KB for
     9000x9000) without holding its pixels."""
-    compressor = zlib.compressobj(9)
+    compressor = zlib.compressobj(1)
     row = b"\x00" * (width + 1)
     body = b"".join(compressor.compress(row) for _ in range(height)) + compressor.flush()
 
@@ -201,6 +201,22 @@ def write_zip_bomb(path: Path, member: str, size: int, others: dict | None = Non
             block = bytes(1 << 20)
             for start in range(0, size, len(block)):
                 file.write(block[:size - start])
+    return Path(path)
+
+
+def declare_zip_size(path: Path, member: str, size: int) -> Path:
+    """Rewrite the uncompressed size `member` declares (local header and central directory), leaving its
+    data alone: a zip that lies about what a member unpacks to."""
+    data = bytearray(Path(path).read_bytes())
+    name = member.encode()
+    for signature, size_at, name_length_at, name_at in ((b"PK\x03\x04", 22, 26, 30), (b"PK\x01\x02", 24, 28, 46)):
+        start = data.find(signature)
+        while start != -1:
+            length = struct.unpack_from("<H", data, start + name_length_at)[0]
+            if data[start + name_at:start + name_at + length] == name:
+                struct.pack_into("<I", data, start + size_at, size)
+            start = data.find(signature, start + 4)
+    Path(path).write_bytes(bytes(data))
     return Path(path)
 
 
