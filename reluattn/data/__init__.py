@@ -93,13 +93,11 @@ def _check_request(path: Path, source_format: str, dataset: str | None, split: s
 
 def _sources(path: Path, source_format: str, split: str):
     """What the decoded split depends on (for the cache key), and the folder index when one was built.
-    Image folders and zips add the class list of all splits: a class only another split has shifts labels."""
+    A plain folder's fingerprint holds the class list of all splits (a class only another split has shifts
+    the labels); any change to a zip or archive changes its own fingerprint (size, mtime, inode)."""
     if source_format == "image-folder":
         index = index_image_folder(path)
         return folder_fingerprint(index, split), index
-    if source_format == "image-zip":
-        index = index_image_folder(path)
-        return [file_fingerprint(path), list(index.class_names)], index
     if source_format == "cifar-folder":
         return [file_fingerprint(file) for file in cifar_folder_files(path, split) if file.is_file()], None
     return [file_fingerprint(path)], None
