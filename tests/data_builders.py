@@ -70,10 +70,12 @@ def rename_modules(data: bytes, old: str, new: str) -> bytes:
 
 def python3_pickle(protocol: int, numpy_1_names: bool = False):
     """A pickler as Python 3 re-pickles a CIFAR batch: labels become NumPy int64 scalars, bytes go through
-    _codecs.encode (protocol 2) and arrays through numpy._core.numeric._frombuffer (protocol 5)."""
+    _codecs.encode (protocol 2; the empty bytes through bytes()) and arrays through
+    numpy._core.numeric._frombuffer (protocol 5)."""
     def dump(record):
         record = {key: [np.int64(label) for label in value] if key in (b"labels", b"fine_labels") else value
                   for key, value in record.items()}
+        record[b"empty"] = b""
         data = pickle.dumps(record, protocol=protocol)
         return rename_modules(data, "numpy._core", "numpy.core") if numpy_1_names else data
     return dump
@@ -159,22 +161,24 @@ def encode_image(pixels: np.ndarray, format: str = "PNG") -> bytes:
     return buffer.getvalue()
 
 
+def _png(width: int, height: int, bit_depth: int, color_type: int, compressed_rows: bytes) -> bytes:
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    header = struct.pack(">IIBBBBB", width, height, bit_depth, color_type, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", compressed_rows)
+            + chunk(b"IEND", b""))
+
+
 def png_bytes(pixels: np.ndarray, bit_depth: int = 8) -> bytes:
     """A PNG written by hand (Pillow cannot write 16-bit colour): (H, W) gray, (H, W, 2) gray+alpha,
     (H, W, 3) RGB or (H, W, 4) RGBA, at 8 or 16 bits per sample."""
     height, width = pixels.shape[:2]
     channels = 1 if pixels.ndim == 2 else pixels.shape[2]
-    color_type = {1: 0, 2: 4, 3: 2, 4: 6}[channels]
     sample = ">u2" if bit_depth == 16 else "u1"
     rows = pixels.reshape(height, width * channels).astype(sample)
     raw = b"".join(b"\x00" + row.tobytes() for row in rows)  # filter type 0 on every row
-
-    def chunk(kind: bytes, body: bytes) -> bytes:
-        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
-
-    header = struct.pack(">IIBBBBB", width, height, bit_depth, color_type, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw))
-            + chunk(b"IEND", b""))
+    return _png(width, height, bit_depth, {1: 0, 2: 4, 3: 2, 4: 6}[channels], zlib.compress(raw))
 
 
 def blank_gray_png(width: int, height: int) -> bytes:
@@ -183,12 +187,7 @@ def blank_gray_png(width: int, height: int) -> bytes:
     compressor = zlib.compressobj(1)
     row = b"\x00" * (width + 1)
     body = b"".join(compressor.compress(row) for _ in range(height)) + compressor.flush()
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", body) + chunk(b"IEND", b"")
+    return _png(width, height, 8, 0, body)
 
 
 def write_zip_bomb(path: Path, member: str, size: int, others: dict | None = None) -> Path:

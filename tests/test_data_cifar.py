@@ -124,7 +124,7 @@ def test_unpickler_refuses_every_other_global(module, name):
 @pytest.mark.parametrize("numpy_1_names", [False, True], ids=["numpy2-names", "numpy1-names"])
 @pytest.mark.parametrize("kind", ["cifar10", "cifar100"])
 def test_python3_repickled_archive_loads(tmp_path, kind, protocol, numpy_1_names):
-    # Re-pickled under Python 3: bytes through _codecs.encode (protocol 2), arrays through
+    # Re-pickled under Python 3: bytes through _codecs.encode and b"" through bytes() (protocol 2), arrays through
     # numpy._core.numeric._frombuffer (protocol 5, numpy.core.numeric under NumPy 1), NumPy-scalar labels.
     files, expected, classes = cifar_files(kind, pickler=python3_pickle(protocol, numpy_1_names))
     archive = write_tar(tmp_path / "c.tar.gz", files, folder=folder_name(kind))
@@ -148,6 +148,7 @@ class Reduces:
 @pytest.mark.parametrize("payload, reason", [
     (Reduces(codecs.encode, "x", "rot13"), "rot13"),
     (Reduces(codecs.encode, "eJwLycgsVgCi4pzM5NQ8AE1tBqY=", "base64"), "base64"),
+    (Reduces(bytes, 10**9), "only bytes()"),
     (Reduces(np._core.multiarray.scalar, np.dtype(object), 5), "object dtype"),
     (Reduces(np._core.numeric._frombuffer, b"\0" * 8, np.dtype(object), (1,), "C"), "object dtype"),
 ])

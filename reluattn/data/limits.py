@@ -81,7 +81,8 @@ def check_image_size(what: str, width: int, height: int) -> None:
     if max(width, height) > limit:
         raise DataError(f"{what} is {width}x{height} pixels, larger than the {limit}x{limit} limit for one image "
                         f"(every image is held in memory, and attention grows with the square of the patch "
-                        f"count); resize the images, or raise the limit with {IMAGE_SIDE_VARIABLE}={max(width, height)}")
+                        f"count); resize the images, or raise the limit with "
+                        f"{IMAGE_SIDE_VARIABLE}={max(width, height)}")
     if width != height:
         raise DataError(f"{what} is {width}x{height} pixels, not square; reluattn's ViT takes square images of "
                         f"one size: crop or pad them to a square first")

@@ -2,9 +2,10 @@
 
 A pickle names functions that the reader calls while loading, which is how a malicious file runs code.
 CIFAR batches need dicts, lists, bytes, strings and ints (no lookup) plus NumPy's array rebuilding. Files
-re-pickled under Python 3 also name three harmless helpers, admitted here with their arguments checked:
+re-pickled under Python 3 also name four harmless helpers, admitted here with their arguments checked:
 
     _codecs.encode(text, "latin1")             how protocols 0-2 store bytes under Python 3
+    builtins.bytes()                           how they store the empty bytes (no argument: no allocation)
     numpy._core.numeric._frombuffer(...)       how protocol 5 stores an array (numpy.core.numeric in NumPy 1)
     numpy._core.multiarray.scalar(dtype, ...)  how a NumPy scalar label (np.int64(3)) is stored
 
@@ -47,6 +48,12 @@ def _latin1_encode(text, encoding="utf-8", errors="strict"):
     return text.encode("latin-1")
 
 
+def _empty_bytes(*arguments):
+    if arguments:
+        raise _Refused(f"bytes{arguments!r:.40}; only bytes() (how Python 3 pickles b'') is admitted")
+    return b""
+
+
 def _plain_frombuffer(buffer, dtype, shape, order):
     return _frombuffer(buffer, _plain(dtype, "_frombuffer"), shape, order)
 
@@ -64,6 +71,8 @@ class RestrictedUnpickler(pickle.Unpickler):
         ("numpy", "ndarray"): np.ndarray,
         ("numpy", "dtype"): np.dtype,
         ("_codecs", "encode"): _latin1_encode,
+        ("__builtin__", "bytes"): _empty_bytes,   # protocols 0-2 name the Python 2 module
+        ("builtins", "bytes"): _empty_bytes,
         ("numpy.core.numeric", "_frombuffer"): _plain_frombuffer,
         ("numpy._core.numeric", "_frombuffer"): _plain_frombuffer,
         ("numpy.core.multiarray", "scalar"): _plain_scalar,
