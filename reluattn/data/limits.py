@@ -10,7 +10,7 @@ Two limits, each overridable by an environment variable for data you trust:
 
 A member is checked against its declared size before reading and against the bytes actually produced
 while reading (a zip's deflate stream can produce more than its header claims), so a small archive can
-never make reluattn allocate more than the limit for one member.
+never make reluattn read more than the limit for one member into memory.
 """
 
 from __future__ import annotations
