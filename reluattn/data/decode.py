@@ -31,7 +31,7 @@ from PIL import Image
 from tqdm.auto import tqdm
 
 from .errors import DataError, DataWarning
-from .limits import check_declared, check_image_size, read_limited
+from .limits import check_declared, check_image_size, image_side_limit, member_limit_bytes, read_limited
 
 CHUNK_SIZE = 1024        # images per task handed to a worker (also the progress bar's step)
 SIXTEEN_BIT_MODES = ("I;16", "I;16L", "I;16B", "I;16N", "I")  # how Pillow opens a 16-bit grayscale PNG
@@ -46,22 +46,25 @@ class _Reader:
     def __init__(self, root: str, is_zip: bool):
         self.root, self.is_zip = root, is_zip
         self.archive = zipfile.ZipFile(root) if is_zip else None
+        self.limit = member_limit_bytes()  # both read once: they are asked for every image
+        self.side_limit = image_side_limit()
 
     def read(self, member: str) -> bytes:
         what = f"{self.root}: {member}"
         try:
             if self.archive is not None:
-                check_declared(what, self.archive.getinfo(member).file_size)
-                with self.archive.open(member) as file:
-                    return read_limited(file, what)  # a deflate stream may produce more than it declares
+                info = self.archive.getinfo(member)
+                check_declared(what, info.file_size, limit=self.limit)
+                with self.archive.open(info) as file:
+                    return read_limited(file, what, self.limit)  # in blocks: a deflate stream may hold more
             # O_NONBLOCK: opening a FIFO put there since indexing returns at once instead of hanging
             descriptor = os.open(Path(self.root) / member, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
             with open(descriptor, "rb") as file:
                 status = os.fstat(file.fileno())
                 if not stat.S_ISREG(status.st_mode):  # replaced by a FIFO or a device since indexing
                     raise DataError(f"{what} is not a regular file; remove it")
-                check_declared(what, status.st_size, "is")
-                return read_limited(file, what)
+                check_declared(what, status.st_size, "is", self.limit)
+                return read_limited(file, what, self.limit)
         except (zipfile.BadZipFile, zlib.error, EOFError, OSError, KeyError) as error:
             raise DataError(f"cannot read {member} from {self.root} ({error}); the file is corrupt or "
                             f"unreadable: replace it") from error
@@ -91,13 +94,13 @@ def _to_rgb(image: Image.Image, what: str) -> np.ndarray:
     return np.asarray(rgb, dtype=np.uint8)  # (H, W, C)
 
 
-def decode_image(data: bytes, member: str, source: str) -> np.ndarray:
+def decode_image(data: bytes, member: str, source: str, side_limit: int | None = None) -> np.ndarray:
     """One JPEG/PNG file's bytes -> (H, W, 3) uint8 RGB; an unreadable, oversized or non-square file is a
     DataError naming it."""
     what = f"image {member} in {source}"
     try:
         with Image.open(io.BytesIO(data)) as image:
-            check_image_size(what, *image.size)  # from the header, before decoding a single pixel
+            check_image_size(what, *image.size, side_limit)  # from the header, before decoding a pixel
             image.load()
             pixels = _to_rgb(image, what)  # (H, W, C)
     except DataError:
@@ -110,7 +113,7 @@ def decode_image(data: bytes, member: str, source: str) -> np.ndarray:
 def _decode_with(reader: _Reader, members: list[str]) -> np.ndarray:
     images = None
     for position, member in enumerate(members):
-        image = decode_image(reader.read(member), member, reader.root)  # (H, W, C)
+        image = decode_image(reader.read(member), member, reader.root, reader.side_limit)  # (H, W, C)
         if images is None:
             images = np.empty((len(members), *image.shape), dtype=np.uint8)  # (n, H, W, C)
         elif image.shape != images.shape[1:]:

@@ -53,31 +53,33 @@ def too_large(what: str, limit: int, declared: int | None = None, verb: str = "d
                      f"foreign archive?). If you trust it, raise the limit, e.g. {MEMBER_LIMIT_VARIABLE}={suggestion}")
 
 
-def check_declared(what: str, declared: int, verb: str = "declares") -> None:
+def check_declared(what: str, declared: int, verb: str = "declares", limit: int | None = None) -> None:
     """Refuse a member whose header declares (or a file whose size `verb`) more than the limit, before
     reading any of it."""
-    limit = member_limit_bytes()
+    limit = member_limit_bytes() if limit is None else limit
     if declared > limit:
         raise too_large(what, limit, declared, verb)
 
 
 def read_limited(file, what: str, limit: int | None = None) -> bytes:
-    """All of `file`, read block by block and refused as soon as it passes the limit."""
+    """All of `file` (whose read(n) returns fewer than n bytes only at its end, as buffered and zip member
+    files do), read block by block and refused as soon as it passes the limit."""
     limit = member_limit_bytes() if limit is None else limit
     blocks, total = [], 0
     while True:
-        block = file.read(min(READ_BLOCK, limit + 1 - total))
-        if not block:
-            return b"".join(blocks)
+        wanted = min(READ_BLOCK, limit + 1 - total)
+        block = file.read(wanted)
         blocks.append(block)
         total += len(block)
         if total > limit:
             raise too_large(what, limit)
+        if len(block) < wanted:
+            return b"".join(blocks) if len(blocks) > 1 else block
 
 
-def check_image_size(what: str, width: int, height: int) -> None:
+def check_image_size(what: str, width: int, height: int, limit: int | None = None) -> None:
     """Refuse an image larger than the side limit or not square, naming it and its size."""
-    limit = image_side_limit()
+    limit = image_side_limit() if limit is None else limit
     if max(width, height) > limit:
         raise DataError(f"{what} is {width}x{height} pixels, larger than the {limit}x{limit} limit for one image "
                         f"(every image is held in memory, and attention grows with the square of the patch "
