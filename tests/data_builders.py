@@ -7,11 +7,14 @@ numpy.core.multiarray._reconstruct.
 
 from __future__ import annotations
 
+import gzip
 import io
 import pickle
+import pickletools
 import struct
 import tarfile
 import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +46,39 @@ def python2_pickle(obj) -> bytes:
     Python2Pickler(buffer, protocol=2).dump(obj)
     # Python 2 / NumPy 1 named the array module numpy.core.multiarray.
     return buffer.getvalue().replace(b"cnumpy._core.multiarray\n", b"cnumpy.core.multiarray\n")
+
+
+def rename_modules(data: bytes, old: str, new: str) -> bytes:
+    """A pickle with module names starting `old` renamed to start `new` (NumPy 2 -> NumPy 1 names, say),
+    its FRAME opcodes dropped so that string lengths may change (frames are only a reading hint)."""
+    ops = list(pickletools.genops(data))
+    out = bytearray()
+    for (opcode, argument, start), following in zip(ops, [op[2] for op in ops[1:]] + [len(data)]):
+        if opcode.name == "FRAME":
+            continue
+        if opcode.name in ("SHORT_BINUNICODE", "BINUNICODE", "GLOBAL") and str(argument).startswith(old):
+            renamed = new + argument[len(old):]
+            if opcode.name == "GLOBAL":  # "module name": module and name joined by a space
+                out += b"c" + renamed.replace(" ", "\n").encode() + b"\n"
+            else:
+                encoded = renamed.encode()
+                out += b"\x8c" + bytes([len(encoded)]) + encoded
+            continue
+        out += data[start:following]
+    return bytes(out)
+
+
+def python3_pickle(protocol: int, numpy_1_names: bool = False):
+    """A pickler as Python 3 re-pickles a CIFAR batch: labels become NumPy int64 scalars, bytes go through
+    _codecs.encode (protocol 2; the empty bytes through bytes()) and arrays through
+    numpy._core.numeric._frombuffer (protocol 5)."""
+    def dump(record):
+        record = {key: [np.int64(label) for label in value] if key in (b"labels", b"fine_labels") else value
+                  for key, value in record.items()}
+        record[b"empty"] = b""
+        data = pickle.dumps(record, protocol=protocol)
+        return rename_modules(data, "numpy._core", "numpy.core") if numpy_1_names else data
+    return dump
 
 
 def to_rows(images: np.ndarray) -> np.ndarray:
@@ -123,6 +159,71 @@ def encode_image(pixels: np.ndarray, format: str = "PNG") -> bytes:
     buffer = io.BytesIO()
     Image.fromarray(pixels).save(buffer, format=format)
     return buffer.getvalue()
+
+
+def _png(width: int, height: int, bit_depth: int, color_type: int, compressed_rows: bytes) -> bytes:
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    header = struct.pack(">IIBBBBB", width, height, bit_depth, color_type, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", compressed_rows)
+            + chunk(b"IEND", b""))
+
+
+def png_bytes(pixels: np.ndarray, bit_depth: int = 8) -> bytes:
+    """A PNG written by hand (Pillow cannot write 16-bit colour): (H, W) gray, (H, W, 2) gray+alpha,
+    (H, W, 3) RGB or (H, W, 4) RGBA, at 8 or 16 bits per sample."""
+    height, width = pixels.shape[:2]
+    channels = 1 if pixels.ndim == 2 else pixels.shape[2]
+    sample = ">u2" if bit_depth == 16 else "u1"
+    rows = pixels.reshape(height, width * channels).astype(sample)
+    raw = b"".join(b"\x00" + row.tobytes() for row in rows)  # filter type 0 on every row
+    return _png(width, height, bit_depth, {1: 0, 2: 4, 3: 2, 4: 6}[channels], zlib.compress(raw))
+
+
+def blank_gray_png(width: int, height: int) -> bytes:
+    """A valid all-black 8-bit grayscale PNG of any size, compressed row by row (a few hundred KB for
+    9000x9000) without holding its pixels."""
+    compressor = zlib.compressobj(1)
+    row = b"\x00" * (width + 1)
+    body = b"".join(compressor.compress(row) for _ in range(height)) + compressor.flush()
+    return _png(width, height, 8, 0, body)
+
+
+def write_zip_bomb(path: Path, member: str, size: int, others: dict | None = None) -> Path:
+    """A zip whose `member` holds `size` zero bytes, deflated as it is written (a few KB per 10 MiB),
+    beside the ordinary members `others`."""
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, data in (others or {}).items():
+            archive.writestr(name, data)
+        with archive.open(member, "w", force_zip64=size > 0x7FFFFFFF) as file:
+            block = bytes(1 << 20)
+            for start in range(0, size, len(block)):
+                file.write(block[:size - start])
+    return Path(path)
+
+
+def declare_zip_size(path: Path, member: str, size: int) -> Path:
+    """Rewrite the uncompressed size `member` declares (local header and central directory), leaving its
+    data alone: a zip that lies about what a member unpacks to."""
+    data = bytearray(Path(path).read_bytes())
+    name = member.encode()
+    for signature, size_at, name_length_at, name_at in ((b"PK\x03\x04", 22, 26, 30), (b"PK\x01\x02", 24, 28, 46)):
+        start = data.find(signature)
+        while start != -1:
+            length = struct.unpack_from("<H", data, start + name_length_at)[0]
+            if data[start + name_at:start + name_at + length] == name:
+                struct.pack_into("<I", data, start + size_at, size)
+            start = data.find(signature, start + 4)
+    Path(path).write_bytes(bytes(data))
+    return Path(path)
+
+
+def tar_header_only(name: str, declared: int) -> bytes:
+    """A gzipped tar holding one member header that declares `declared` bytes, followed by 1 KB."""
+    info = tarfile.TarInfo(name)
+    info.size = declared
+    return gzip.compress(info.tobuf(format=tarfile.GNU_FORMAT) + bytes(1024))
 
 
 def labelled_pixels(label: int, number: int, side: int = 8) -> np.ndarray:

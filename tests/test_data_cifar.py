@@ -1,6 +1,7 @@
 """CIFAR-10/100 python archives and folders: format, pixel layout, safety against malicious pickles and
 tampered tar members, and one-line errors for broken input. Archives are built here in the real format."""
 
+import codecs
 import gzip
 import io
 import os
@@ -10,8 +11,9 @@ import tarfile
 import numpy as np
 import pytest
 
-from data_builders import (CIFAR10_CLASSES, CIFAR100_CLASSES, cifar_files, folder_name, python2_pickle, to_rows,
-                           write_cifar_archive, write_cifar_folder, write_tar)
+from data_builders import (CIFAR10_CLASSES, CIFAR100_CLASSES, cifar_files, folder_name, python2_pickle,
+                           python3_pickle, tar_header_only, to_rows, write_cifar_archive, write_cifar_folder,
+                           write_tar)
 from data_builders import private_cache, one_line_error  # noqa: F401  (private_cache is an autouse fixture)
 from reluattn.data import DataError, load_dataset
 from reluattn.data.cifar import load_pickle, read_cifar_archive
@@ -106,12 +108,56 @@ def test_restricted_unpickler_refuses_code(tmp_path, monkeypatch, payload, asked
     assert not (tmp_path / "MARKER").exists()
 
 
-def test_unpickler_refuses_every_other_global():
-    # Even harmless-looking globals are refused: only NumPy's array reconstruction is admitted.
-    for module, name in [("builtins", "getattr"), ("numpy", "load"), ("numpy.core.multiarray", "scalar"),
-                         ("_codecs", "encode"), ("collections", "OrderedDict")]:
-        with pytest.raises(DataError, match=f"{module}.{name}"):
-            load_pickle(f"c{module}\n{name}\n.".encode(), "batch")
+@pytest.mark.parametrize("module, name", [
+    ("builtins", "getattr"), ("builtins", "eval"), ("os", "system"), ("numpy", "load"), ("numpy", "frombuffer"),
+    ("numpy.core.multiarray", "frombuffer"), ("codecs", "encode"), ("collections", "OrderedDict"),
+    ("numpy._core.numeric", "fromstring"), ("numpy.lib.npyio", "load")])
+def test_unpickler_refuses_every_other_global(module, name):
+    # Only NumPy's array rebuilding and the three helpers of Python-3 re-pickled files are admitted.
+    with pytest.raises(DataError) as excinfo:
+        load_pickle(f"c{module}\n{name}\n.".encode(), "batch")
+    message = one_line_error(excinfo)
+    assert f"{module}.{name}" in message and "could run code" in message and "refusing" in message
+
+
+@pytest.mark.parametrize("protocol", [2, 5])
+@pytest.mark.parametrize("numpy_1_names", [False, True], ids=["numpy2-names", "numpy1-names"])
+@pytest.mark.parametrize("kind", ["cifar10", "cifar100"])
+def test_python3_repickled_archive_loads(tmp_path, kind, protocol, numpy_1_names):
+    # Re-pickled under Python 3: bytes through _codecs.encode and b"" through bytes() (protocol 2), arrays through
+    # numpy._core.numeric._frombuffer (protocol 5, numpy.core.numeric under NumPy 1), NumPy-scalar labels.
+    files, expected, classes = cifar_files(kind, pickler=python3_pickle(protocol, numpy_1_names))
+    archive = write_tar(tmp_path / "c.tar.gz", files, folder=folder_name(kind))
+    for split in ("train", "test"):
+        data = load_dataset(archive, split, cache=False, progress=False)
+        np.testing.assert_array_equal(data.images, expected[split][0])
+        np.testing.assert_array_equal(data.labels, expected[split][1])
+        assert data.class_names == classes and data.labels.dtype == np.int32
+
+
+class Reduces:
+    """Pickles as a call of `function(*arguments)`."""
+
+    def __init__(self, function, *arguments):
+        self.function, self.arguments = function, arguments
+
+    def __reduce__(self):
+        return self.function, self.arguments
+
+
+@pytest.mark.parametrize("payload, reason", [
+    (Reduces(codecs.encode, "x", "rot13"), "rot13"),
+    (Reduces(codecs.encode, "eJwLycgsVgCi4pzM5NQ8AE1tBqY=", "base64"), "base64"),
+    (Reduces(bytes, 10**9), "only bytes()"),
+    (Reduces(np._core.multiarray.scalar, np.dtype(object), 5), "object dtype"),
+    (Reduces(np._core.numeric._frombuffer, b"\0" * 8, np.dtype(object), (1,), "C"), "object dtype"),
+])
+@pytest.mark.parametrize("protocol", [2, 5])
+def test_admitted_helpers_refuse_other_arguments(payload, reason, protocol):
+    with pytest.raises(DataError) as excinfo:
+        load_pickle(pickle.dumps({"data": payload}, protocol=protocol), "odd_batch")
+    message = one_line_error(excinfo)
+    assert "odd_batch" in message and reason in message and "refusing" in message
 
 
 def test_restricted_unpickler_admits_the_array_format():
@@ -238,3 +284,47 @@ def test_tar_links_are_not_followed(tmp_path):
         tar.addfile(link)
     with pytest.raises(DataError, match="test_batch"):
         load_dataset(archive, "test", cache=False)
+
+
+# ------------------------------------------------------------------------------- size limits
+
+def test_tar_member_declaring_400_mib_is_refused_before_reading(tmp_path):
+    # A 1 KB file whose tar header claims a 400 MiB batch: refused from the header, under the default limit.
+    archive = tmp_path / "cifar-10-python.tar.gz"
+    archive.write_bytes(tar_header_only(f"{folder_name('cifar10')}/test_batch", 400 << 20))
+    with pytest.raises(DataError) as excinfo:
+        load_dataset(archive, "test", cache=False)
+    message = one_line_error(excinfo)
+    assert "test_batch declares 400.0 MiB" in message and "256 MiB limit" in message
+    assert "RELUATTN_MAX_MEMBER_MB=400" in message
+
+
+def test_tar_member_over_a_lowered_limit_is_refused(tmp_path, monkeypatch):
+    files, _, _ = cifar_files("cifar10")
+    files["test_batch"] = python2_pickle({b"data": np.zeros((1000, 3072), np.uint8), b"labels": [0] * 1000})
+    archive = write_tar(tmp_path / "c.tar.gz", files, folder=folder_name("cifar10"))
+    monkeypatch.setenv("RELUATTN_MAX_MEMBER_MB", "2")  # test_batch holds about 2.9 MiB
+    with pytest.raises(DataError) as excinfo:
+        load_dataset(archive, "test", cache=False)
+    assert "test_batch declares 2.9 MiB, over the 2 MiB limit" in one_line_error(excinfo)
+    monkeypatch.setenv("RELUATTN_MAX_MEMBER_MB", "3")
+    assert len(load_dataset(archive, "test", cache=False)) == 1000
+
+
+def test_cifar_folder_file_over_the_limit_is_refused(tmp_path, monkeypatch):
+    parent, _, _ = write_cifar_folder(tmp_path, "cifar10")
+    batch = parent / folder_name("cifar10") / "test_batch"
+    batch.write_bytes(python2_pickle({b"data": np.zeros((800, 3072), np.uint8), b"labels": [0] * 800}))
+    monkeypatch.setenv("RELUATTN_MAX_MEMBER_MB", "1")
+    with pytest.raises(DataError) as excinfo:
+        load_dataset(parent, "test", cache=False)
+    assert "test_batch is 2.3 MiB, over the 1 MiB limit" in one_line_error(excinfo)
+
+
+@pytest.mark.parametrize("setting", ["0", "-5", "lots", "1.5"])
+def test_bad_limit_settings_are_refused(tmp_path, monkeypatch, setting):
+    archive, _, _ = write_cifar_archive(tmp_path, "cifar10")
+    monkeypatch.setenv("RELUATTN_MAX_MEMBER_MB", setting)
+    with pytest.raises(DataError) as excinfo:
+        load_dataset(archive, "test", cache=False)
+    assert "RELUATTN_MAX_MEMBER_MB must be a whole number" in one_line_error(excinfo)

@@ -12,7 +12,7 @@ import pytest
 
 from data_builders import write_cifar_archive
 from data_builders import private_cache  # noqa: F401  (private_cache is an autouse fixture)
-from reluattn.data import DataError, load_dataset
+from reluattn.data import DataError, DataWarning, load_dataset
 from reluattn.data import download as download_module
 from reluattn.data.download import Archive, download, fetch_cifar
 
@@ -198,3 +198,44 @@ def test_part_file_longer_than_the_file_restarts(tmp_path):
     with FileServer(PAYLOAD) as server:
         download(server.url, destination, PAYLOAD_MD5, progress=False)
     assert server.ranges == [f"bytes={len(PAYLOAD) + 4}-", None] and destination.read_bytes() == PAYLOAD
+
+
+def official_archive(tmp_path, monkeypatch, seed: int = 0):
+    """A small CIFAR-10 archive made the official one for this test (its md5 is the published one)."""
+    folder = tmp_path / f"built-{seed}"
+    folder.mkdir()
+    archive, expected, _ = write_cifar_archive(folder, "cifar10", seed=seed)
+    payload = archive.read_bytes()
+    fake = Archive("cifar-10-python.tar.gz", "http://unused.invalid/", hashlib.md5(payload).hexdigest(),
+                   "RELUATTN_CIFAR10_URL")
+    monkeypatch.setitem(download_module.ARCHIVES, "cifar10", fake)
+    return payload, expected
+
+
+def test_cached_archive_with_a_wrong_md5_is_set_aside_and_downloaded_again(tmp_path, monkeypatch):
+    payload, expected = official_archive(tmp_path, monkeypatch, seed=0)
+    (tmp_path / "other").mkdir()
+    impostor = write_cifar_archive(tmp_path / "other", "cifar10", seed=1)[0].read_bytes()  # valid, not official
+    stored = tmp_path / "cache" / "downloads" / "cifar-10-python.tar.gz"
+    stored.parent.mkdir(parents=True)
+    stored.write_bytes(impostor)
+    with FileServer(payload) as server:
+        monkeypatch.setenv("RELUATTN_CIFAR10_URL", server.url)
+        with pytest.warns(DataWarning, match="not the published") as caught:
+            data = load_dataset(None, "test", progress=False, cache=False)
+    assert len(server.ranges) == 1 and "\n" not in str(caught[0].message)
+    np.testing.assert_array_equal(data.images, expected["test"][0])
+    assert stored.read_bytes() == payload
+    assert stored.with_name("cifar-10-python.tar.gz.md5-mismatch").read_bytes() == impostor  # kept, not deleted
+
+
+def test_cached_archive_changed_after_download_is_noticed(tmp_path, monkeypatch):
+    payload, _ = official_archive(tmp_path, monkeypatch)
+    with FileServer(payload) as server:
+        monkeypatch.setenv("RELUATTN_CIFAR10_URL", server.url)
+        stored = fetch_cifar("cifar10", progress=False)
+    stored.write_bytes(payload[:-10] + bytes(10))  # damaged on disk later, same size
+    monkeypatch.setenv("RELUATTN_CIFAR10_URL", f"http://127.0.0.1:{closed_port()}/cifar-10-python.tar.gz")
+    with pytest.warns(DataWarning, match="not the published"), pytest.raises(DataError, match="could not download"):
+        load_dataset(None, "test", progress=False, cache=False)
+    assert not stored.exists() and stored.with_name(stored.name + ".md5-mismatch").is_file()

@@ -1,16 +1,21 @@
 """Image-folder datasets (folders and zips of <split>/<class>/<image>) and the shared CIFAR-10 JPEG zip."""
 
 import os
+import threading
+import tracemalloc
+import unicodedata
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from data_builders import encode_image, image_folder_files, labelled_pixels, write_files, write_zip
+from data_builders import (blank_gray_png, declare_zip_size, encode_image, image_folder_files, labelled_pixels,
+                           png_bytes, write_files, write_zip, write_zip_bomb)
 from data_builders import private_cache, one_line_error  # noqa: F401  (private_cache is an autouse fixture)
-from reluattn.data import DataError, detect_format, index_image_folder, load_dataset
-from reluattn.data import folder as folder_module
-from reluattn.data.folder import decode_images
+from reluattn.data import DataError, DataWarning, detect_format, index_image_folder, load_dataset
+from reluattn.data import decode as decode_module
+from reluattn.data.decode import decode_images
 
 LAYOUT = {"train": {"truck": 3, "cat": 2, "airplane": 4}, "test": {"cat": 1, "truck": 2, "airplane": 1}}
 SORTED_CLASSES = ("airplane", "cat", "truck")
@@ -126,7 +131,7 @@ def test_empty_class_folder_is_an_error(tmp_path):
 @pytest.mark.parametrize("workers", [1, 2])
 @pytest.mark.parametrize("container", ["folder", "zip"])
 def test_unreadable_image_is_named(tmp_path, monkeypatch, workers, container):
-    monkeypatch.setattr(folder_module, "CHUNK_SIZE", 3)  # several chunks, so several workers get work
+    monkeypatch.setattr(decode_module, "CHUNK_SIZE", 3)  # several chunks, so several workers get work
     files, _ = image_folder_files(LAYOUT)
     files["train/truck/0001.png"] = b"\x89PNG\r\n\x1a\n this is not really a png"
     files["train/cat/0000.png"] = files["train/cat/0000.png"][:40]  # a truncated file
@@ -142,7 +147,7 @@ def test_unreadable_image_is_named(tmp_path, monkeypatch, workers, container):
 @pytest.mark.parametrize("odd", ["train/truck/0000.png", "train/truck/0002.png"])  # first of a chunk, or inside
 @pytest.mark.parametrize("workers", [1, 2])
 def test_mixed_sizes_name_the_file(tmp_path, monkeypatch, workers, odd):
-    monkeypatch.setattr(folder_module, "CHUNK_SIZE", 3)  # train: airplane 0-3, cat 4-5, truck 6-8
+    monkeypatch.setattr(decode_module, "CHUNK_SIZE", 3)  # train: airplane 0-3, cat 4-5, truck 6-8
     files, _ = image_folder_files(LAYOUT)
     files[odd] = encode_image(labelled_pixels(2, 2, side=16))
     with pytest.raises(DataError) as excinfo:
@@ -153,7 +158,7 @@ def test_mixed_sizes_name_the_file(tmp_path, monkeypatch, workers, odd):
 
 @pytest.mark.filterwarnings("error")
 def test_worker_processes_decode_the_same_images(tmp_path, monkeypatch):
-    monkeypatch.setattr(folder_module, "CHUNK_SIZE", 2)
+    monkeypatch.setattr(decode_module, "CHUNK_SIZE", 2)
     files, _ = image_folder_files(LAYOUT)
     path = write_zip(tmp_path / "f.zip", files)
     serial = load_dataset(path, "train", cache=False, workers=1)
@@ -184,6 +189,214 @@ def test_missing_path_is_a_clear_error(tmp_path):
     with pytest.raises(DataError) as excinfo:
         load_dataset(tmp_path / "nowhere.zip")
     assert "does not exist" in one_line_error(excinfo) and "--data" in str(excinfo.value)
+
+
+# ------------------------------------------------------------------------- sizes, depths and limits
+
+@pytest.mark.parametrize("channels", [1, 2, 3, 4], ids=["gray", "gray-alpha", "rgb", "rgba"])
+def test_16_bit_pngs_are_scaled_not_clipped(tmp_path, channels):
+    # 257 * k is k in 8 bits; 65535 is 255. Clipping made every value above 255 white.
+    levels = np.arange(64, dtype=np.uint16).reshape(8, 8) * 4  # 0, 4, ..., 252
+    pixels = levels * 257 if channels == 1 else np.stack([levels * 257] * channels, axis=-1)
+    if channels in (2, 4):
+        pixels[..., -1] = 65535  # opaque
+    files = {"train/a/0.png": png_bytes(pixels, bit_depth=16), "train/b/0.png": png_bytes(pixels[:, ::-1], 16)}
+    data = load_dataset(write_files(tmp_path / "f", files), "train", cache=False)
+    assert data.images.shape == (2, 8, 8, 3)
+    for channel in range(3):
+        np.testing.assert_array_equal(data.images[0, :, :, channel], levels)
+        np.testing.assert_array_equal(data.images[1, :, :, channel], levels[:, ::-1])
+
+
+def test_16_bit_png_extremes(tmp_path):
+    pixels = np.array([[0, 255, 256, 65535]] * 4, dtype=np.uint16)
+    data = load_dataset(write_files(tmp_path / "f", {"train/a/0.png": png_bytes(pixels, 16)}), "train", cache=False)
+    np.testing.assert_array_equal(data.images[0, 0, :, 0], [0, 0, 1, 255])  # the high byte
+
+
+@pytest.fixture(scope="module")
+def huge_png():
+    return blank_gray_png(9000, 9000)  # 0.4 MB on disk, 243 MB as RGB pixels
+
+
+@pytest.mark.parametrize("container", ["folder", "zip"])
+def test_huge_image_is_a_clear_error(tmp_path, container, huge_png):
+    files, _ = image_folder_files(LAYOUT)
+    files["train/cat/0001.png"] = huge_png
+    path = write_files(tmp_path / "f", files) if container == "folder" else write_zip(tmp_path / "f.zip", files)
+    with pytest.raises(DataError) as excinfo:
+        load_dataset(path, "train", cache=False)
+    message = one_line_error(excinfo)
+    assert "train/cat/0001.png" in message and "9000x9000" in message and "1024x1024 limit" in message
+    assert "RELUATTN_MAX_IMAGE_SIDE=9000" in message
+
+
+def test_image_side_limit_can_be_raised(tmp_path, monkeypatch):
+    files, _ = image_folder_files({"train": {"cat": 2}}, side=16)
+    path = write_files(tmp_path / "f", files)
+    monkeypatch.setenv("RELUATTN_MAX_IMAGE_SIDE", "15")
+    with pytest.raises(DataError, match="16x16 pixels, larger than the 15x15 limit"):
+        load_dataset(path, "train", cache=False)
+    monkeypatch.setenv("RELUATTN_MAX_IMAGE_SIDE", "16")
+    assert load_dataset(path, "train", cache=False).images.shape == (2, 16, 16, 3)
+
+
+@pytest.mark.parametrize("container", ["folder", "zip"])
+def test_non_square_images_are_a_clear_error_at_load_time(tmp_path, container):
+    files = {f"train/cat/{n}.png": encode_image(np.zeros((30, 40, 3), np.uint8)) for n in range(3)}
+    path = write_files(tmp_path / "f", files) if container == "folder" else write_zip(tmp_path / "f.zip", files)
+    with pytest.raises(DataError) as excinfo:
+        load_dataset(path, "train", cache=False)
+    message = one_line_error(excinfo)
+    assert "train/cat/0.png" in message and "40x30" in message and "not square" in message
+
+
+def test_zip_member_over_the_limit_is_refused_from_its_header(tmp_path, monkeypatch):
+    files, _ = image_folder_files(LAYOUT)
+    path = write_zip_bomb(tmp_path / "f.zip", "train/cat/bomb.png", 3 << 20, files)  # 3 MiB of zeros, 3 KB
+    monkeypatch.setenv("RELUATTN_MAX_MEMBER_MB", "2")
+    with pytest.raises(DataError) as excinfo:
+        load_dataset(path, "train", cache=False)
+    message = one_line_error(excinfo)
+    assert "train/cat/bomb.png declares 3.0 MiB, over the 2 MiB limit" in message
+    assert "RELUATTN_MAX_MEMBER_MB=3" in message
+
+
+def test_zip_member_declaring_300_mib_is_refused_under_the_default_limit(tmp_path):
+    files, _ = image_folder_files(LAYOUT)
+    path = declare_zip_size(write_zip(tmp_path / "f.zip", files), "train/cat/0001.png", 300 << 20)
+    with pytest.raises(DataError) as excinfo:
+        load_dataset(path, "train", cache=False)
+    assert "train/cat/0001.png declares 300.0 MiB, over the 256 MiB limit" in one_line_error(excinfo)
+
+
+def test_zip_member_unpacking_to_more_than_it_declares_is_read_in_bounded_memory(tmp_path):
+    # It declares 1,000 bytes but its deflate stream holds 64 MiB: reading it whole would unpack all 64.
+    files, _ = image_folder_files(LAYOUT)
+    path = write_zip_bomb(tmp_path / "f.zip", "train/cat/bomb.png", 64 << 20, files)
+    declare_zip_size(path, "train/cat/bomb.png", 1000)
+    tracemalloc.start()
+    try:
+        with pytest.raises(DataError) as excinfo:
+            load_dataset(path, "train", cache=False)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert "train/cat/bomb.png" in one_line_error(excinfo)
+    assert peak < 8 << 20
+
+
+def test_plain_file_over_the_limit_is_refused(tmp_path, monkeypatch):
+    files, _ = image_folder_files(LAYOUT)
+    root = write_files(tmp_path / "f", files)
+    (root / "train" / "cat" / "0001.png").write_bytes(bytes(3 << 20))
+    monkeypatch.setenv("RELUATTN_MAX_MEMBER_MB", "2")
+    with pytest.raises(DataError) as excinfo:
+        load_dataset(root, "train", cache=False)
+    assert "train/cat/0001.png is 3.0 MiB, over the 2 MiB limit" in one_line_error(excinfo)
+
+
+# ------------------------------------------------------------------------- odd entries in plain folders
+
+def test_symlinked_class_folder_is_read(tmp_path):
+    files, truth = image_folder_files(LAYOUT)
+    elsewhere = write_files(tmp_path / "elsewhere", {name: data for name, data in files.items()
+                                                     if name.startswith("train/cat/")})
+    root = write_files(tmp_path / "f", {name: data for name, data in files.items()
+                                        if not name.startswith("train/cat/")})
+    (root / "train" / "cat").symlink_to(elsewhere / "train" / "cat", target_is_directory=True)
+    data = load_dataset(root, "train", cache=False)
+    assert data.class_names == SORTED_CLASSES and len(data) == len(truth["train"])
+    check_labels_match_pixels(data)
+
+
+def test_symlinked_split_folder_and_root_are_read(tmp_path):
+    files, truth = image_folder_files(LAYOUT)
+    real = write_files(tmp_path / "real", files)
+    (tmp_path / "linked").mkdir()
+    (tmp_path / "linked" / "train").symlink_to(real / "train", target_is_directory=True)
+    (tmp_path / "root-link").symlink_to(real, target_is_directory=True)
+    assert len(load_dataset(tmp_path / "linked", "train", cache=False)) == len(truth["train"])
+    assert len(load_dataset(tmp_path / "root-link", "test", cache=False)) == len(truth["test"])
+
+
+def test_symlink_loop_is_not_followed(tmp_path):
+    files, truth = image_folder_files(LAYOUT)
+    root = write_files(tmp_path / "f", files)
+    (root / "train" / "cat" / "loop").symlink_to(root / "train", target_is_directory=True)
+    with pytest.warns(DataWarning, match="links back to one of its parent folders"):
+        data = load_dataset(root, "train", cache=False)
+    assert len(data) == len(truth["train"])
+
+
+def load_in_thread(path, split, seconds=30):
+    """load_dataset in a thread; if it is still running after `seconds`, unblock any FIFO it waits on and
+    fail (today's hang), so a regression fails the test instead of hanging the suite."""
+    outcome = {}
+
+    def run():
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                outcome["data"] = load_dataset(path, split, cache=False)
+            outcome["warnings"] = [str(w.message) for w in caught if issubclass(w.category, DataWarning)]
+        except Exception as error:  # reported below
+            outcome["error"] = error
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        for fifo in Path(path).rglob("*.png"):
+            if fifo.is_fifo():
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # a writer that closes: the reader sees EOF
+        thread.join(10)
+        pytest.fail(f"loading {path} hung for {seconds} s on a FIFO")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["data"], outcome["warnings"]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="this system has no FIFOs (os.mkfifo)")
+def test_fifo_named_like_an_image_is_skipped_not_waited_on(tmp_path):
+    files, truth = image_folder_files(LAYOUT)
+    root = write_files(tmp_path / "f", files)
+    os.mkfifo(root / "train" / "cat" / "x.png")
+    os.symlink(root / "nowhere.png", root / "train" / "cat" / "broken.png")
+    data, caught = load_in_thread(root, "train")
+    assert len(data) == len(truth["train"])
+    check_labels_match_pixels(data)
+    assert any("skipping 2 entries that are not a regular file" in message and "train/cat/x.png" in message
+               and "train/cat/broken.png" in message for message in caught)
+
+
+@pytest.mark.parametrize("container", ["folder", "zip"])
+def test_class_names_in_nfc_and_nfd_are_one_class(tmp_path, container):
+    composed, decomposed = unicodedata.normalize("NFC", "café"), unicodedata.normalize("NFD", "café")
+    assert composed != decomposed
+    files = {f"train/{composed}/0.png": encode_image(labelled_pixels(0, 0)),
+             f"test/{decomposed}/0.png": encode_image(labelled_pixels(0, 1)),
+             "train/tea/0.png": encode_image(labelled_pixels(1, 0)),
+             "test/tea/0.png": encode_image(labelled_pixels(1, 1))}
+    path = write_files(tmp_path / "f", files) if container == "folder" else write_zip(tmp_path / "f.zip", files)
+    for split in ("train", "test"):
+        with pytest.warns(DataWarning, match="differ only in Unicode normalisation"):
+            data = load_dataset(path, split, cache=False)
+        assert data.class_names == (composed, "tea") and list(data.labels) == [0, 1]
+        np.testing.assert_array_equal(data.images[:, 3, 3, 0], data.labels)
+
+
+@pytest.mark.parametrize("container", ["folder", "zip"])
+def test_class_names_differing_only_in_case_warn(tmp_path, container):
+    # In different splits, so that a case-insensitive file system holds both folders too.
+    files = {"train/Cat/0.png": encode_image(labelled_pixels(0, 0)),
+             "test/cat/0.png": encode_image(labelled_pixels(1, 0))}
+    path = write_files(tmp_path / "f", files) if container == "folder" else write_zip(tmp_path / "f.zip", files)
+    for split, label in (("train", 0), ("test", 1)):
+        with pytest.warns(DataWarning, match="Cat and cat differ only in case") as caught:
+            data = load_dataset(path, split, cache=False)
+        assert "\n" not in str(caught[0].message)
+        assert data.class_names == ("Cat", "cat") and list(data.labels) == [label]
 
 
 # ------------------------------------------------------------------------------------- the shared zip

@@ -24,7 +24,7 @@ from .cache import cache_dir, cache_file, cache_key, file_fingerprint, read_cach
 from .cifar import SPLITS as CIFAR_SPLITS
 from .cifar import cifar_folder_files, find_cifar_folder, is_tar_name, read_cifar_archive, read_cifar_folder
 from .download import ARCHIVES, fetch_cifar
-from .errors import DataError
+from .errors import DataError, DataWarning
 from .folder import folder_fingerprint, index_image_folder, load_image_folder
 
 DATASETS = ("cifar10", "cifar100", "folder")
@@ -92,7 +92,9 @@ def _check_request(path: Path, source_format: str, dataset: str | None, split: s
 
 
 def _sources(path: Path, source_format: str, split: str):
-    """What the decoded split depends on (for the cache key), and the folder index when one was built."""
+    """What the decoded split depends on (for the cache key), and the folder index when one was built.
+    A plain folder's fingerprint holds the class list of all splits (a class only another split has shifts
+    the labels); any change to a zip or archive changes its own fingerprint (size, mtime, inode)."""
     if source_format == "image-folder":
         index = index_image_folder(path)
         return folder_fingerprint(index, split), index
@@ -189,5 +191,6 @@ def take_subset(dataset: Dataset, size: int, seed: int = 0) -> Dataset:
     return dataset.select(chosen, f"a subset of {size} images (seed {seed})")
 
 
-__all__ = ["ARCHIVES", "DATA_ENV", "DATASETS", "DataError", "Dataset", "FORMATS", "cache_dir", "detect_format",
-           "data_source", "fetch_cifar", "index_image_folder", "load_dataset", "split_validation", "take_subset"]
+__all__ = ["ARCHIVES", "DATA_ENV", "DATASETS", "DataError", "DataWarning", "Dataset", "FORMATS", "cache_dir",
+           "detect_format", "data_source", "fetch_cifar", "index_image_folder", "load_dataset", "split_validation",
+           "take_subset"]

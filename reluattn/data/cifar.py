@@ -6,14 +6,14 @@ dict with bytes keys: `data` is a (n, 3072) uint8 array whose rows are channel-m
 green, then 1024 blue values, each a row-major 32x32 plane); labels are a list of ints (`labels`, or
 `fine_labels` for CIFAR-100); the meta file names the classes.
 
-Pickles can run arbitrary code, so they are read with `RestrictedUnpickler`, which admits only the NumPy
-array reconstruction the format needs. Archives are read member by member in memory, never extracted.
+Pickles can run arbitrary code, so they are read with `RestrictedUnpickler` (unpickle.py), which admits
+only the NumPy array reconstruction the format needs. Archives are streamed member by member into the
+unpickler, never extracted, and a member larger than the limit of limits.py is refused before it is read.
 """
 
 from __future__ import annotations
 
-import io
-import pickle
+import os
 import tarfile
 import zlib
 from dataclasses import dataclass
@@ -22,11 +22,8 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 
 from .errors import DataError
-
-try:  # NumPy >= 2 moved the array internals to numpy._core; old pickles still name numpy.core
-    from numpy._core.multiarray import _reconstruct
-except ImportError:  # pragma: no cover - NumPy 1.x
-    from numpy.core.multiarray import _reconstruct
+from .limits import check_declared
+from .unpickle import RestrictedUnpickler, load_pickle
 
 SPLITS = ("train", "test")
 IMAGE_SIDE = 32
@@ -53,52 +50,15 @@ LAYOUTS = {
 }
 
 
-class RestrictedUnpickler(pickle.Unpickler):
-    """An unpickler for CIFAR batches: dicts, lists, bytes, strings and ints need no lookup, and the only
-    globals it hands out are the ones a pickled NumPy array names. Anything else is refused."""
-
-    ALLOWED = {
-        ("numpy.core.multiarray", "_reconstruct"): _reconstruct,   # how NumPy 1.x (and Python 2) pickled arrays
-        ("numpy._core.multiarray", "_reconstruct"): _reconstruct,  # how NumPy 2 pickles them
-        ("numpy", "ndarray"): np.ndarray,
-        ("numpy", "dtype"): np.dtype,
-    }
-
-    def __init__(self, file, source: str):
-        super().__init__(file, encoding="bytes")  # Python-2 str values stay bytes, as the format expects
-        self.source = source
-
-    def find_class(self, module, name):
-        allowed = self.ALLOWED.get((module, name))
-        if allowed is None:
-            raise DataError(f"{self.source} is not a plain CIFAR batch: its pickle asks for {module}.{name}, "
-                            f"which could run code; refusing to load it (use the official archive)")
-        return allowed
-
-    def persistent_load(self, pid):
-        raise DataError(f"{self.source} is not a plain CIFAR batch (it uses persistent ids); refusing to load it")
-
-
-def load_pickle(data: bytes, source: str):
-    """Unpickle `data` with `RestrictedUnpickler`; `source` names the file in error messages."""
-    try:
-        return RestrictedUnpickler(io.BytesIO(data), source).load()
-    except DataError:
-        raise
-    except Exception as error:  # any malformed pickle: UnpicklingError, EOFError, TypeError, ...
-        raise DataError(f"{source} is not a readable CIFAR batch ({type(error).__name__}: {error}); "
-                        f"the file may be truncated or corrupt, get a fresh copy") from error
-
-
 def _decode_keys(record, source: str) -> dict:
     if not isinstance(record, dict):
         raise DataError(f"{source} should hold a dict, it holds a {type(record).__name__}; not a CIFAR batch")
     return {key.decode("latin-1") if isinstance(key, bytes) else key: value for key, value in record.items()}
 
 
-def parse_batch(data: bytes, layout: CifarLayout, source: str) -> tuple[np.ndarray, np.ndarray]:
-    """A pickled batch -> images uint8 (n, 32, 32, 3) and labels int32 (n,)."""
-    record = _decode_keys(load_pickle(data, source), source)
+def parse_batch(record, layout: CifarLayout, source: str) -> tuple[np.ndarray, np.ndarray]:
+    """An unpickled batch -> images uint8 (n, 32, 32, 3) and labels int32 (n,)."""
+    record = _decode_keys(record, source)
     if "data" not in record or layout.labels_key not in record:
         raise DataError(f"{source} lacks the '{'data' if 'data' not in record else layout.labels_key}' entry "
                         f"of a {layout.name} batch (keys: {', '.join(map(str, record))})")
@@ -117,9 +77,9 @@ def parse_batch(data: bytes, layout: CifarLayout, source: str) -> tuple[np.ndarr
     return np.ascontiguousarray(images), labels.astype(np.int32)
 
 
-def parse_class_names(data: bytes, layout: CifarLayout, source: str) -> tuple[str, ...]:
-    """The class names from the meta file (`batches.meta` or `meta`)."""
-    record = _decode_keys(load_pickle(data, source), source)
+def parse_class_names(record, layout: CifarLayout, source: str) -> tuple[str, ...]:
+    """The class names from the unpickled meta file (`batches.meta` or `meta`)."""
+    record = _decode_keys(record, source)
     names = record.get(layout.class_names_key)
     if not isinstance(names, list) or not all(isinstance(name, (bytes, str)) for name in names) or not names:
         raise DataError(f"{source} lacks the '{layout.class_names_key}' list of a {layout.name} meta file")
@@ -132,7 +92,7 @@ def _check_split(split: str) -> None:
 
 
 def _assemble(layout: CifarLayout, split: str, files: dict, source: str):
-    """Parse the batches of `split` and the meta file from `files` (name -> bytes) and join them."""
+    """Parse the batches of `split` and the meta file from `files` (name -> unpickled record); join them."""
     missing = [name for name in (*layout.batches[split], layout.meta) if name not in files]
     if missing:
         raise DataError(f"{source} lacks {layout.folder}/{missing[0]}; it is incomplete or truncated: "
@@ -191,7 +151,9 @@ def read_cifar_archive(path, split: str = "train", expected: str | None = None):
                 if name in wanted:
                     if name in files:
                         raise DataError(f"{source} holds two members named {name}; use the official archive")
-                    files[name] = archive.extractfile(member).read()
+                    what = f"{source}:{member.name}"
+                    check_declared(what, member.size)  # a tar member holds exactly its declared size
+                    files[name] = load_pickle(archive.extractfile(member), what)  # streamed, never whole
     except DataError:
         raise
     except (tarfile.TarError, EOFError, zlib.error, OSError) as error:
@@ -240,7 +202,9 @@ def read_cifar_folder(path, split: str = "train", expected: str | None = None):
         file = folder / name
         if file.is_file():
             try:
-                files[name] = file.read_bytes()
+                with open(file, "rb") as stream:
+                    check_declared(str(file), os.fstat(stream.fileno()).st_size, "is")
+                    files[name] = load_pickle(stream, f"{folder}:{name}")  # streamed, never whole
             except OSError as error:
                 raise DataError(f"cannot read {file} ({error.strerror or error}); check its permissions") from error
     return (*_assemble(layout, split, files, str(folder)), layout.name)

@@ -2,7 +2,9 @@
 
 The file grows as `<name>.part`; a cut connection is resumed with an HTTP Range request (or restarted when
 the server ignores Range), the finished file's MD5 is checked against the published one, and only then is
-it renamed to its real name, so a file under the real name is always complete and verified.
+it renamed to its real name. An archive already in the cache is verified again before each use (one MD5
+pass over the file); one whose MD5 is wrong is moved aside (`<name>.md5-mismatch`, never deleted)
+and downloaded again.
 """
 
 from __future__ import annotations
@@ -12,13 +14,14 @@ import http.client
 import os
 import urllib.error
 import urllib.request
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm.auto import tqdm
 
 from .cache import cache_dir
-from .errors import DataError
+from .errors import DataError, DataWarning
 
 
 @dataclass(frozen=True)
@@ -156,8 +159,15 @@ def fetch_cifar(kind: str, *, progress: bool = True, url: str | None = None, md5
     if kind not in ARCHIVES:
         raise DataError(f"only {', '.join(ARCHIVES)} can be downloaded; got {kind!r} (pass --data PATH)")
     archive = ARCHIVES[kind]
+    md5 = md5 or archive.md5
     destination = cache_dir() / "downloads" / archive.filename
-    if destination.is_file():  # only a verified download is ever renamed to this name
-        return destination
+    if destination.is_file():  # verified again on every use: another program (or a person) may have changed it
+        actual = md5_of(destination)
+        if actual == md5:
+            return destination
+        aside = destination.with_name(destination.name + ".md5-mismatch")
+        os.replace(destination, aside)
+        warnings.warn(f"{destination} has md5 {actual}, not the published {md5}; moved it to {aside.name} and "
+                      f"downloading the archive again", DataWarning)
     url = url or os.environ.get(archive.url_variable) or archive.url
-    return download(url, destination, md5 or archive.md5, progress=progress, timeout=timeout)
+    return download(url, destination, md5, progress=progress, timeout=timeout)

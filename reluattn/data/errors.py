@@ -1,4 +1,4 @@
-"""The one error the data layer raises for bad input."""
+"""The one error the data layer raises for bad input, and the one warning it gives."""
 
 
 class DataError(ValueError):
@@ -7,3 +7,8 @@ class DataError(ValueError):
 
     def __init__(self, message: str):
         super().__init__(" ".join(str(message).split()))  # one line, whatever the pieces held
+
+
+class DataWarning(UserWarning):
+    """Something about the data that reluattn worked around (a skipped file, a rebuilt cache); the message
+    is one line, so a command line can print it as a notice."""
