@@ -126,3 +126,13 @@ def test_import_reluattn_needs_no_hypothesis_and_the_kit_says_how_to_get_it():
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert result.returncode == 0, result.stderr
     assert 'pip install "reluattn[testing]"' in result.stdout
+
+
+def test_the_kit_imports_no_jax_until_a_jax_function_is_differentiated():
+    # A NumPy or PyTorch user does not pay for JAX; check_attention_grad(fn) imports it for jax.vjp.
+    script = ("import sys, reluattn.testing as rt, reluattn.numpy_backend as nb\n"
+              "rt.check_attention(nb.attention, max_examples=3)\n"
+              "print('jax' in sys.modules)\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False"

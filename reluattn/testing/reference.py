@@ -15,16 +15,13 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from .. import numpy_backend
-from ..numpy_backend.attention_weights import (causal_visible_keys, length_factor, pointwise,
-                                                pointwise_derivative)
+from ..numpy_backend.attention_weights import causal_visible_keys, length_factor, pointwise_derivative
 from ..numpy_backend.layers import sigmoid
 from ..numpy_backend.multihead_attention import heads_attention_backward, heads_attention_forward
-from ..numpy_backend.optim import adamw_update
 from ..params import flatten, init_params, tree_map, unflatten
 
 __all__ = ["AttentionPieces", "attention_pieces", "reference_attention", "reference_attention_grads",
-           "numpy_backend", "adamw_update", "flatten", "init_params", "tree_map", "unflatten", "pointwise",
-           "TO_HEADS_FIRST", "heads_first"]
+           "numpy_backend", "flatten", "init_params", "tree_map", "unflatten", "TO_HEADS_FIRST", "heads_first"]
 
 TO_HEADS_FIRST = (0, 2, 1, 3)  # (B, T, H, Dh) <-> (B, H, T, Dh); the same swap is its own inverse
 
