@@ -22,7 +22,8 @@ except ImportError:
 
 from .backend_checks import check_backend, compare_backend
 from .checks import check_attention, check_attention_grad, check_blocked, compare_attention
-from .properties import attention_grad_property_test, attention_property_test, backend_property_test, blocked_property_test
+from .properties import (attention_grad_property_test, attention_property_test, backend_property_test,
+                         blocked_property_test)
 from .report import MismatchError
 from .strategies import (INPUT_PROFILES, AttentionCase, AttentionInputs, AttentionShape, attention_cases,
                          attention_configs, attention_inputs, attention_shapes, image_batches, make_batch,

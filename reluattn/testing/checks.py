@@ -63,7 +63,8 @@ def _hint_factors(case: AttentionCase) -> dict:
     cfg, keys, head_dim = case.attn_cfg, case.inputs.k.shape[1], case.inputs.q.shape[-1]
     return {"sqrt(Dh) (a dropped 1/sqrt(Dh)?)": math.sqrt(head_dim), "1/sqrt(Dh)": 1 / math.sqrt(head_dim),
             "Dh": head_dim, f"L^(alpha - 1) (1/L where L^-alpha is meant, L={keys})": keys ** (cfg.alpha - 1.0),
-            f"L^alpha (no length factor, L={keys})": keys ** cfg.alpha, "L^(2 alpha) (L^+alpha?)": keys ** (2 * cfg.alpha),
+            f"L^alpha (no length factor, L={keys})": keys ** cfg.alpha,
+            "L^(2 alpha) (L^+alpha?)": keys ** (2 * cfg.alpha),
             "scale": cfg.scale, "1/scale": 1 / cfg.scale}
 
 

@@ -20,9 +20,10 @@ with the magnitudes (B, H, T, L; c = scale * n^-alpha the length factor, s the s
                  softmax:    w (1 + 2 max A) |dw - r| + w (|g|.|v| + sum_k w_k (|g|.|v_k| + (1 + 2 max A) |dw_k|))
     dq, dk       bound  = (dscores bound + |dscores|) |k| / sqrt(Dh)   (and |q| for dk); kink likewise
 
-The c (1 + A) terms let h and h' be evaluated with an absolute error of their argument's size (sigmoid(-18)
-= 1.5e-8 through 1 + tanh(-9) is only good to 1e-7 in float32; so is gelu' far out on the negative side). The max(bound) term is what the float64 reference itself cannot resolve (its sigmoid' = sig (1 - sig) is
-exactly 0 where the truth is 1e-18), and `floor` absorbs flush-to-zero of subnormals.
+The c (1 + A) terms let h and h' be evaluated with an absolute error of their argument's size
+(sigmoid(-18) = 1.5e-8 through 1 + tanh(-9) is only good to 1e-7 in float32; so is gelu' far out on the
+negative side). The max(bound) term is what the float64 reference itself cannot resolve (its
+sigmoid' = sig (1 - sig) is exactly 0 where the truth is 1e-18); `floor` absorbs flush-to-zero of subnormals.
 The kink term is what makes kinks fair: where rounding may move a score across relu's 0 (or
 relu6's 6), h' may jump, so the gradient there may honestly differ by the jump. It is 0 wherever the
 score is exact (a zero row of q or k gives A = 0), so a wrong derivative at the kink is still caught.
