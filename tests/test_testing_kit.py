@@ -136,3 +136,14 @@ def test_the_kit_imports_no_jax_until_a_jax_function_is_differentiated():
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False"
+
+
+def test_configs_narrow_what_is_drawn():
+    # An implementation that only knows alpha = 1 passes when only alpha = 1 is drawn, and is caught otherwise.
+    def only_alpha_one(q, k, v, attn_cfg):
+        return nb.attention(q, k, v, attn_cfg.replace(alpha=1.0))
+    rt.check_attention(only_alpha_one, configs=rt.attention_configs(["relu", "gelu"], alphas=1.0), max_examples=10)
+    with pytest.raises(AssertionError, match="1/L where L\\^-alpha is meant"):
+        rt.check_attention(only_alpha_one, kinds=["relu"], max_examples=20)
+    with pytest.raises(ValueError, match="give kinds or configs"):
+        rt.check_attention(only_alpha_one, kinds=["relu"], configs=rt.attention_configs(["relu"]))

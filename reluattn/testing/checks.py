@@ -111,34 +111,35 @@ def compare_attention(fn=None, case: AttentionCase = None, *, grad=False, vjp=No
 
 
 def check_attention(fn, *, kinds=None, causal=False, causal_lengths=CAUSAL_LENGTHS, dtype=np.float32, shapes=None,
-                    profiles=INPUT_PROFILES, tolerance=None, max_examples=20, settings=None):
+                    profiles=INPUT_PROFILES, configs=None, tolerance=None, max_examples=20, settings=None):
     """fn(q, k, v, attn_cfg[, causal=True, causal_length=...]) -> (B, T, H, Dh) against the reference,
     forward, over drawn kinds (default: all), alpha in [0, 2], scale, shapes (`shapes`: an
-    attention_shapes strategy; default L = 1..24, Dh = 1..8) and input profiles, in `dtype`."""
+    attention_shapes strategy; default L = 1..24, Dh = 1..8) and input profiles, in `dtype`. `configs`:
+    an attention_configs strategy, to narrow alpha or scale (e.g. attention_configs(["relu"], alphas=1.0))."""
     strategy = attention_cases(kinds, dtype=dtype, shapes=shapes, profiles=profiles, causal=causal,
-                               causal_lengths=causal_lengths)
+                               causal_lengths=causal_lengths, configs=configs)
     run_property(lambda case: compare_attention(fn, case, tolerance=tolerance), strategy, max_examples, settings)
 
 
 def check_attention_grad(fn=None, *, vjp=None, kinds=None, causal=False, causal_lengths=CAUSAL_LENGTHS,
-                         dtype=np.float32, shapes=None, profiles=INPUT_PROFILES, tolerance=None, max_examples=20,
-                         settings=None):
+                         dtype=np.float32, shapes=None, profiles=INPUT_PROFILES, configs=None, tolerance=None,
+                         max_examples=20, settings=None):
     """Gradients (dq, dk, dv) against the reference's hand-written backward (relu' = 0 at 0, relu6' = 0 at
     0 and 6). Give fn (a JAX function: differentiated with jax.vjp, its output checked too) or
     vjp(q, k, v, attn_cfg, dout, **options) -> (dq, dk, dv) (any framework). Options as check_attention."""
     strategy = attention_cases(kinds, dtype=dtype, shapes=shapes, profiles=profiles, causal=causal,
-                               causal_lengths=causal_lengths)
+                               causal_lengths=causal_lengths, configs=configs)
     run_property(lambda case: compare_attention(fn, case, grad=True, vjp=vjp, tolerance=tolerance), strategy,
                  max_examples, settings)
 
 
 def check_blocked(fn, *, kinds=None, masks=True, causal_lengths=CAUSAL_LENGTHS, grad=False, dtype=np.float32,
-                  shapes=None, block_sizes="drawn", profiles=INPUT_PROFILES, tolerance=None, max_examples=20,
-                  settings=None):
+                  shapes=None, block_sizes="drawn", profiles=INPUT_PROFILES, configs=None, tolerance=None,
+                  max_examples=20, settings=None):
     """A tiled implementation fn(q, k, v, attn_cfg, block_size=n[, causal=True, causal_length=...]) against
     the dense reference: block sizes that divide L, do not (a last partial tile) and exceed it (drawn from
     1..L+3 by default), causal masks unless masks=False, and with grad=True its jax.vjp gradients too."""
     strategy = attention_cases(kinds, dtype=dtype, shapes=shapes, profiles=profiles, causal=masks,
-                               causal_lengths=causal_lengths, block_sizes=block_sizes)
+                               causal_lengths=causal_lengths, block_sizes=block_sizes, configs=configs)
     run_property(lambda case: compare_attention(fn, case, grad=grad, tolerance=tolerance), strategy, max_examples,
                  settings)

@@ -176,6 +176,8 @@ def attention_cases(kinds=None, *, dtype=np.float32, shapes=None, profiles=INPUT
                     causal_lengths=CAUSAL_LENGTHS, block_sizes=None, configs=None):
     """AttentionCases. causal=True draws causal and plain cases; block_sizes: None (no block_size
     argument), "drawn" (dividing L, not dividing it, exceeding it) or a strategy/list/value."""
+    if configs is not None and kinds is not None:
+        raise ValueError("give kinds or configs (an attention_configs strategy over its own kinds), not both")
     configs = configs if configs is not None else attention_configs(kinds, qk_norm=False, gated=False, impls="dense")
     shapes = shapes if shapes is not None else attention_shapes()
 
