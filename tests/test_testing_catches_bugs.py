@@ -130,3 +130,21 @@ def test_jnp_maximum_derivative_at_zero_is_caught_through_jax_vjp():
     message = catch(rt.check_attention_grad, relu_attention, kinds=["relu"], profiles=["kinks"], shapes=shapes,
                     max_examples=10)
     assert "gradient d" in message and "jnp.maximum(s, 0) gives 1/2" in message
+
+
+def test_a_train_step_without_weight_decay_is_caught_despite_the_update_allowance():
+    # AdamW's division by sqrt(nu) frees the update of entries whose gradient is rounding noise; the decay
+    # term moves every entry by lr * weight_decay * p, which must still show.
+    import reluattn as ra
+    nb = ra.backend("numpy")
+
+    class NoWeightDecay:
+        apply, loss_and_grad, init_optimizer = nb.apply, nb.loss_and_grad, nb.init_optimizer
+
+        @staticmethod
+        def train_step(params, opt_state, images, labels, cfg, opt_cfg):
+            return nb.train_step(params, opt_state, images, labels, cfg, opt_cfg.replace(weight_decay=0.0))
+
+    with pytest.raises(AssertionError, match=r"train_step \d: parameter update \(new - initial\) \S+: \d+ of \d+ "
+                                             r"entries differ .*\n  expected \S+, got \S+"):
+        rt.check_backend(NoWeightDecay, max_examples=30)
