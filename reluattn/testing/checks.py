@@ -1,0 +1,145 @@
+"""Checks of attention implementations against the float64 NumPy reference (forward and hand-written
+backward), each raising `MismatchError` (an AssertionError) whose message reports the worst entry.
+
+    check_attention(fn, kinds=...)           fn(q, k, v, attn_cfg) -> out, over drawn cases
+    check_attention_grad(fn, kinds=...)      jax.vjp of fn, or vjp=..., against the hand-written backward
+    check_blocked(fn, kinds=...)             a tiled fn(q, k, v, attn_cfg, block_size=n, causal=..., ...)
+                                             over block sizes that divide L, do not, and exceed it, with masks
+    compare_attention(fn, case)              one case, no hypothesis (what the three above run)
+
+fn takes NumPy arrays in the layout of the backends' `attention`, q (B, T, H, Dh), k and v (B, L, H, Dh),
+and returns anything np.asarray turns into a (B, T, H, Dh) array (NumPy, JAX, a CPU torch tensor). Its
+tolerance follows the dtype of its output (reluattn.testing.tolerances), unless `tolerance=` names one
+(e.g. "bfloat16" for float32 outputs of bfloat16 matmuls). Causal cases are drawn only with causal=True;
+fn is then called with causal=True, causal_length="per_query" or "global" (causal_lengths= narrows it).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from hypothesis import HealthCheck, Phase, given
+from hypothesis import settings as hypothesis_settings
+
+from . import reference
+from .report import compare, raise_problems
+from .strategies import CAUSAL_LENGTHS, INPUT_PROFILES, AttentionCase, attention_cases
+from .tolerances import allowance, attention_bounds, tolerance_for
+
+QUERY_AXES = ("batch", "query", "head", "feature")
+KINKS = {"relu": (0.0,), "relu6": (0.0, 6.0)}  # where h' jumps
+KEY_AXES = ("batch", "key", "head", "feature")
+
+
+def run_property(body, strategy, max_examples=20, settings=None):
+    """Run body(case) over `strategy` with hypothesis: no deadline (compiled code), no shrinking (each
+    shrink step would compile again; the failing case is reported as drawn), unless `settings` says."""
+    chosen = settings or hypothesis_settings(
+        max_examples=max_examples, deadline=None, phases=(Phase.explicit, Phase.reuse, Phase.generate),
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+    @chosen
+    @given(case=strategy)
+    def property_holds(case):
+        body(case)
+
+    property_holds()
+
+
+def jax_vjp(fn):
+    """vjp(q, k, v, attn_cfg, dout, **options) -> (out, (dq, dk, dv)) of a JAX-traceable fn, by jax.vjp."""
+    import jax  # here: the checks need no JAX unless a JAX function is differentiated
+    import jax.numpy as jnp
+
+    def vjp(q, k, v, attn_cfg, dout, **options):
+        out, pullback = jax.vjp(lambda q, k, v: fn(q, k, v, attn_cfg, **options), q, k, v)
+        return out, pullback(jnp.asarray(dout, out.dtype))
+    return vjp
+
+
+def _hint_factors(case: AttentionCase) -> dict:
+    """Constants a wrong implementation is typically off by, named for the report."""
+    cfg, keys, head_dim = case.attn_cfg, case.inputs.k.shape[1], case.inputs.q.shape[-1]
+    return {"sqrt(Dh) (a dropped 1/sqrt(Dh)?)": math.sqrt(head_dim), "1/sqrt(Dh)": 1 / math.sqrt(head_dim),
+            "Dh": head_dim, f"L^(alpha - 1) (1/L where L^-alpha is meant, L={keys})": keys ** (cfg.alpha - 1.0),
+            f"L^alpha (no length factor, L={keys})": keys ** cfg.alpha,
+            "L^(2 alpha) (L^+alpha?)": keys ** (2 * cfg.alpha),
+            "scale": cfg.scale, "1/scale": 1 / cfg.scale}
+
+
+def compare_attention(fn=None, case: AttentionCase = None, *, grad=False, vjp=None, tolerance=None):
+    """Check fn on one AttentionCase: its output, and with grad=True its (dq, dk, dv) for the incoming
+    gradient case.inputs.dout, by `vjp(q, k, v, attn_cfg, dout, **options) -> (dq, dk, dv)` or, without
+    one, by jax.vjp of fn. Raises MismatchError (an AssertionError) with the report."""
+    if (fn is None) == (vjp is None):
+        raise ValueError("give fn (differentiated with jax.vjp when grad=True) or vjp=, not both")
+    inputs, options = case.inputs, case.options()
+    expected, cache = reference.reference_attention(inputs.q, inputs.k, inputs.v, case.attn_cfg, case.causal,
+                                                    case.causal_length)
+    if vjp is not None:
+        out, grads = None, vjp(inputs.q, inputs.k, inputs.v, case.attn_cfg, inputs.dout, **options)
+    elif grad:
+        out, grads = jax_vjp(fn)(inputs.q, inputs.k, inputs.v, case.attn_cfg, inputs.dout, **options)
+    else:
+        out, grads = fn(inputs.q, inputs.k, inputs.v, case.attn_cfg, **options), None
+    produced = out if out is not None else grads[0]
+    rule = tolerance_for(tolerance if tolerance is not None else np.asarray(produced).dtype)
+    pieces = reference.attention_pieces(cache, case.attn_cfg, case.causal, case.causal_length)
+    bounds, kinks = attention_bounds(pieces, rule.rtol, None if grads is None else reference.heads_first(inputs.dout))
+    allowed = {name: allowance(bound, rule, kinks.get(name, 0.0)).transpose(reference.TO_HEADS_FIRST)
+               for name, bound in bounds.items()}
+    context = f"{case.describe()}; {rule}"
+    problems = []
+    if out is not None:
+        problems.append(compare("output", out, expected, allowed["out"], axes=QUERY_AXES, context=context,
+                                factors=_hint_factors(case)))
+    if grads is not None:
+        if len(grads) != 3:
+            raise_problems([f"the gradient must be (dq, dk, dv); got {len(grads)} arrays"])
+        expected_grads = reference.reference_attention_grads(inputs.dout, cache, case.attn_cfg, case.causal)
+        for name, got, want, axes in zip(("dq", "dk", "dv"), grads, expected_grads, (QUERY_AXES, KEY_AXES, KEY_AXES)):
+            problems.append(compare(f"gradient {name}", got, want, allowed[name], axes=axes, context=context,
+                                    factors=_hint_factors(case)))
+        if any(problems) and case.attn_cfg.kind in KINKS:
+            on_kinks = int(np.isin(pieces.arguments, KINKS[case.attn_cfg.kind]).sum())
+            if on_kinks:
+                problems.append(f"  hint: {on_kinks} scores sit exactly on a kink of {case.attn_cfg.kind} "
+                                f"({', '.join(map(str, KINKS[case.attn_cfg.kind]))}), where the reference's derivative "
+                                f"is 0 (jax.nn.relu's; jnp.maximum(s, 0) gives 1/2, s >= 0 gives 1)")
+    raise_problems(problems)
+
+
+def check_attention(fn, *, kinds=None, causal=False, causal_lengths=CAUSAL_LENGTHS, dtype=np.float32, shapes=None,
+                    profiles=INPUT_PROFILES, configs=None, tolerance=None, max_examples=20, settings=None):
+    """fn(q, k, v, attn_cfg[, causal=True, causal_length=...]) -> (B, T, H, Dh) against the reference,
+    forward, over drawn kinds (default: all), alpha in [0, 2], scale, shapes (`shapes`: an
+    attention_shapes strategy; default L = 1..24, Dh = 1..8) and input profiles, in `dtype`. `configs`:
+    an attention_configs strategy, to narrow alpha or scale (e.g. attention_configs(["relu"], alphas=1.0))."""
+    strategy = attention_cases(kinds, dtype=dtype, shapes=shapes, profiles=profiles, causal=causal,
+                               causal_lengths=causal_lengths, configs=configs)
+    run_property(lambda case: compare_attention(fn, case, tolerance=tolerance), strategy, max_examples, settings)
+
+
+def check_attention_grad(fn=None, *, vjp=None, kinds=None, causal=False, causal_lengths=CAUSAL_LENGTHS,
+                         dtype=np.float32, shapes=None, profiles=INPUT_PROFILES, configs=None, tolerance=None,
+                         max_examples=20, settings=None):
+    """Gradients (dq, dk, dv) against the reference's hand-written backward (relu' = 0 at 0, relu6' = 0 at
+    0 and 6). Give fn (a JAX function: differentiated with jax.vjp, its output checked too) or
+    vjp(q, k, v, attn_cfg, dout, **options) -> (dq, dk, dv) (any framework). Options as check_attention."""
+    strategy = attention_cases(kinds, dtype=dtype, shapes=shapes, profiles=profiles, causal=causal,
+                               causal_lengths=causal_lengths, configs=configs)
+    run_property(lambda case: compare_attention(fn, case, grad=True, vjp=vjp, tolerance=tolerance), strategy,
+                 max_examples, settings)
+
+
+def check_blocked(fn, *, kinds=None, masks=True, causal_lengths=CAUSAL_LENGTHS, grad=False, dtype=np.float32,
+                  shapes=None, block_sizes="drawn", profiles=INPUT_PROFILES, configs=None, tolerance=None,
+                  max_examples=20, settings=None):
+    """A tiled implementation fn(q, k, v, attn_cfg, block_size=n[, causal=True, causal_length=...]) against
+    the dense reference: block sizes that divide L, do not (a last partial tile) and exceed it (drawn from
+    1..L+3 by default), causal masks unless masks=False, and with grad=True its jax.vjp gradients too."""
+    strategy = attention_cases(kinds, dtype=dtype, shapes=shapes, profiles=profiles, causal=masks,
+                               causal_lengths=causal_lengths, block_sizes=block_sizes, configs=configs)
+    run_property(lambda case: compare_attention(fn, case, grad=grad, tolerance=tolerance), strategy, max_examples,
+                 settings)
