@@ -18,8 +18,8 @@ import pytest
 
 import reluattn as ra
 import reluattn.testing as rt
-from reluattn.jax_backend.pallas_attention import KINDS as PALLAS_KINDS
-from reluattn.jax_backend.pallas_attention import pallas_attention
+from reluattn.jax_backend.fast.pallas_attention import KINDS as PALLAS_KINDS
+from reluattn.jax_backend.fast.pallas_attention import pallas_attention
 
 ROOT = Path(__file__).resolve().parents[1]
 jb, nb = ra.backend("jax"), ra.backend("numpy")

@@ -15,8 +15,11 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from .. import numpy_backend
-from ..numpy_backend.attention_weights import causal_visible_keys, length_factor, pointwise_derivative
+from ..numpy_backend.attention_weights import (attention_weights_backward, attention_weights_forward, length_factor,
+                                               pointwise_derivative)
 from ..numpy_backend.layers import sigmoid
+from ..numpy_backend.long_sequences import (causal_attention_weights_backward, causal_attention_weights_forward,
+                                            causal_visible_keys)
 from ..numpy_backend.multihead_attention import heads_attention_backward, heads_attention_forward
 from ..params import flatten, init_params, tree_map, unflatten
 
@@ -46,13 +49,17 @@ def heads_first(x):
 
 def reference_attention(q, k, v, attn_cfg, causal=False, causal_length="per_query"):
     """The NumPy dense core in float64: q (B, T, H, Dh), k, v (B, L, H, Dh) -> (out (B, T, H, Dh), cache)."""
-    out, _, cache = heads_attention_forward(*map(heads_first, (q, k, v)), attn_cfg, causal, causal_length)
+    def causal_weights(scores, attn_cfg):
+        return causal_attention_weights_forward(scores, attn_cfg, causal_length)
+    weights_forward = causal_weights if causal else attention_weights_forward
+    out, _, cache = heads_attention_forward(*map(heads_first, (q, k, v)), attn_cfg, weights_forward)
     return out.transpose(TO_HEADS_FIRST), cache
 
 
 def reference_attention_grads(dout, cache, attn_cfg, causal=False):
     """The hand-written backward of `reference_attention`: (dq, dk, dv), tokens-first."""
-    grads = heads_attention_backward(heads_first(dout), cache, attn_cfg, causal)
+    weights_backward = causal_attention_weights_backward if causal else attention_weights_backward
+    grads = heads_attention_backward(heads_first(dout), cache, attn_cfg, weights_backward)
     return [g.transpose(TO_HEADS_FIRST) for g in grads]
 
 
