@@ -8,9 +8,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def pyproject_requirements() -> dict:
+    """Every requirement of [project].dependencies and of every extra, {name: bound}."""
     text = (ROOT / "pyproject.toml").read_text()
-    blocks = re.findall(r"^(?:dependencies|dev|docs) = \[(.*?)\]", text, flags=re.S | re.M)
-    assert len(blocks) == 3, "expected [project].dependencies and the dev and docs extras in pyproject.toml"
+    text = text[text.index("\ndependencies = ["):text.index("[project.scripts]")]
+    blocks = re.findall(r"^([a-z][a-z0-9_-]*) = \[(.*?)\]", text, flags=re.S | re.M)
+    assert {"dependencies", "dev", "docs", "testing"} <= {name for name, _ in blocks}, [n for n, _ in blocks]
+    blocks = [block for _, block in blocks]
     specs = re.findall(r'"([A-Za-z0-9_.\-]+)\s*([<>=!~][^"]*)"', "".join(blocks))
     return {name.lower(): bound.strip() for name, bound in specs}
 
