@@ -38,6 +38,11 @@ ATTENTION_KINDS = (
 MLP_ACTIVATIONS = ("gelu", "relu", "softmax", "softmax_ln")
 POOLS = ("cls", "gap")
 ATTENTION_IMPLS = ("dense", "blocked")
+# The gate's activation: "silu" as in the gated attention unit (Hua et al. 2022), "identity" as Wortsman et
+# al. (2023) describe it ("an extra projection" of the block input, multiplied in element-wise).
+GATE_ACTIVATIONS = ("silu", "identity")
+# Kinds whose weights do not use alpha and scale, so a learned alpha or scale would have nothing to act on.
+KINDS_WITHOUT_LENGTH_FACTOR = ("softmax", "sigmoid_bias")
 
 
 def _check_int(owner: str, name: str, value, minimum: int = 1) -> None:
@@ -106,9 +111,14 @@ class AttentionConfig(_JsonConfig):
     alpha: float = 1.0        # length exponent: weights are divided by L**alpha (L = number of keys)
     scale: float = 1.0        # constant multiplier on the point-wise weights (ReLUFormer's sqrt(2)/gamma)
     qk_norm: bool = False     # LayerNorm over Dh of q and k before the dot product (ViT-22B)
-    gated: bool = False       # multiply the attention output by silu(x W_g + b_g) before the projection
+    gated: bool = False       # multiply the attention output by gate_activation(x W_g + b_g) before the projection
     impl: str = "dense"       # "dense" holds the T x T weights; "blocked" walks key blocks (long sequences)
     block_size: int | None = None  # keys per block for impl="blocked" (None: the backend picks)
+    gate_activation: str = "silu"  # the gate's activation, one of GATE_ACTIVATIONS (used when gated)
+    reg_weight: float = 0.0   # lambda of ReLUFormer's row-sum + entropy regulariser R (a secondary reading); 0: off
+    entropy_margin: float = 0.7  # c of R's entropy term max(0, H(p_i) - c log n_i)
+    learn_alpha: bool = False  # learn alpha per layer and head (parameters attn.length.alpha, initialised at alpha)
+    learn_scale: bool = False  # learn a log-scale beta per layer and head: weights * exp(beta), beta = 0 at init
 
     def __post_init__(self):
         owner = "AttentionConfig"
@@ -120,9 +130,19 @@ class AttentionConfig(_JsonConfig):
         _check_choice(owner, "impl", self.impl, ATTENTION_IMPLS)
         if self.block_size is not None:
             _check_int(owner, "block_size", self.block_size)
+        _check_choice(owner, "gate_activation", self.gate_activation, GATE_ACTIVATIONS)
+        _check_float(owner, "reg_weight", self.reg_weight, minimum=0.0)
+        _check_float(owner, "entropy_margin", self.entropy_margin, minimum=0.0)
+        _check_bool(owner, "learn_alpha", self.learn_alpha)
+        _check_bool(owner, "learn_scale", self.learn_scale)
+        if (self.learn_alpha or self.learn_scale) and self.kind in KINDS_WITHOUT_LENGTH_FACTOR:
+            raise ValueError(f"AttentionConfig.learn_alpha / learn_scale need a kind that uses alpha and scale; "
+                             f"{self.kind!r} ignores them")
         # Store plain floats so that equal configs hash equally (1 and 1.0 alike) and JSON round-trips.
         object.__setattr__(self, "alpha", float(self.alpha))
         object.__setattr__(self, "scale", float(self.scale))
+        object.__setattr__(self, "reg_weight", float(self.reg_weight))
+        object.__setattr__(self, "entropy_margin", float(self.entropy_margin))
 
 
 @dataclass(frozen=True)

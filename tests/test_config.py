@@ -35,6 +35,13 @@ def test_invalid_vit_config_names_the_field(changes, field):
     (dict(gated=1), "gated"),
     (dict(impl="flash"), "impl"),
     (dict(block_size=0), "block_size"),
+    (dict(gate_activation="gelu"), "gate_activation"),
+    (dict(reg_weight=-1.0), "reg_weight"),
+    (dict(entropy_margin=float("inf")), "entropy_margin"),
+    (dict(learn_alpha="no"), "learn_alpha"),
+    (dict(learn_scale=0), "learn_scale"),
+    (dict(kind="softmax", learn_alpha=True), "learn_alpha"),
+    (dict(kind="sigmoid_bias", learn_scale=True), "learn_alpha / learn_scale"),
 ])
 def test_invalid_attention_config_names_the_field(changes, field):
     with pytest.raises(ValueError, match=f"AttentionConfig.{field}"):
