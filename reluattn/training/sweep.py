@@ -189,7 +189,8 @@ def run_sweep(experiment: str, *, scale: str = "cpu", seeds: int = 2, out, data:
         raise ValueError(f"--seeds must be >= 1, got {seeds}")
     out.mkdir(parents=True, exist_ok=True)
     _check_sweep_folder(out, experiment, scale)
-    jobs = [(cell, seed) for cell in cells for seed in range(seeds)]
+    # Seed-major: a sweep cut short still has the whole grid at its first seeds.
+    jobs = [(cell, seed) for seed in range(seeds) for cell in cells]
     pending = [(c, s) for c, s in jobs if (read_cell_record(run_dir_of(out, c.name, s)) or {}).get("status") != "done"]
     counts = {"done": 0, "failed": 0, "skipped": len(jobs) - len(pending)}
     print(f"reluattn sweep {experiment} --scale {scale}: {len(jobs)} runs ({len(cells)} cells x {seeds} seeds), "
