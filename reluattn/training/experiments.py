@@ -36,7 +36,7 @@ SCALES = ("smoke", "cpu", "gpu")
 SCALE_FLAGS = {
     "smoke": {"--subset": 256, "--val-split": 128, "--steps": 3, "--warmup-steps": 0, "--batch-size": 32,
               "--dim": 16, "--depth": 1, "--heads": 2, "--mlp-dim": 32, "--compute-dtype": "float32",
-              "--log-every": 1},
+              "--log-every": 1, "--checkpoint-every": 1},
     "cpu": {"--subset": 20000, "--val-split": 5000, "--epochs": 4, "--warmup-epochs": 0.5, "--batch-size": 128,
             "--dim": 64, "--depth": 4, "--heads": 2, "--mlp-dim": 128, "--compute-dtype": "bfloat16",
             "--label-smoothing": 0.1, "--lr": 2e-3},

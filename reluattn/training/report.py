@@ -27,6 +27,7 @@ VALUE_COLUMNS = ("best_val_accuracy", "final_val_accuracy", "fewshot_accuracy", 
                  "attention_entropy_ratio", "attention_zero_fraction", "attention_top_share",
                  "attention_row_sum_mean", "learned_alpha_mean", "learned_alpha_min", "learned_alpha_max")
 COLUMNS = ("experiment", "cell", "seed", "status", *LABEL_COLUMNS, *VALUE_COLUMNS, "machine")
+RUN_SPECIFIC_COLUMNS = ("wall_time_s", "machine")  # what may differ between two sweeps that computed the same
 
 
 def _read_json(path: Path):

@@ -86,6 +86,15 @@ def _die_with_parent() -> None:
         pass
 
 
+def _child_environment() -> dict:
+    """The cells share JAX's persistent compilation cache: a cell's second seed compiles nothing."""
+    from ..data.cache import cache_dir
+    environment = dict(os.environ)
+    environment.setdefault("JAX_COMPILATION_CACHE_DIR", str(cache_dir() / "xla"))
+    environment.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    return environment
+
+
 class _Child:
     """The running `reluattn` subprocess, so that a signal to the sweep reaches it too."""
     process = None
@@ -96,7 +105,7 @@ def _run_logged(arguments: list[str], log_path: Path) -> int:
     with open(log_path, "a") as log:
         log.write(f"$ reluattn {' '.join(arguments)}\n")
         log.flush()
-        _Child.process = subprocess.Popen([sys.executable, "-m", "reluattn", *arguments], stdout=log,
+        _Child.process = subprocess.Popen([sys.executable, "-m", "reluattn", *arguments], stdout=log, env=_child_environment(),
                                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                           preexec_fn=_die_with_parent)
         try:
@@ -144,7 +153,7 @@ def _fewshot(run_dir: Path, data: str | None) -> int:
     if data:
         arguments += ["--data", data]
     with open(output, "w") as out, open(run_dir / TRAIN_LOG, "a") as log:
-        code = subprocess.call([sys.executable, "-m", "reluattn", *arguments], stdout=out, stderr=log,
+        code = subprocess.call([sys.executable, "-m", "reluattn", *arguments], stdout=out, stderr=log, env=_child_environment(),
                                stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
     if code == 0:
         write_json_atomically(run_dir / FEWSHOT, json.loads(output.read_text()))
