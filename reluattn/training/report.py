@@ -99,7 +99,8 @@ def collect_rows(experiment: str, out) -> list[dict]:
         run_dir = record_path.parent
         summary = _read_json(run_dir / "summary.json") or {}
         checkpoint = _latest_checkpoint(run_dir)
-        config = _read_json(checkpoint / "config.json") if checkpoint else None
+        # A finished cell keeps a copy of its config beside the logs (what docs/run-logs/ commits).
+        config = _read_json(run_dir / "config.json") or (_read_json(checkpoint / "config.json") if checkpoint else None)
         fewshot = _read_json(run_dir / "fewshot.json") or {}
         row = {"experiment": experiment, "cell": record["cell"], "seed": record["seed"],
                "status": record.get("status"), **record.get("labels", {}),

@@ -4,12 +4,15 @@
         cell.json                the sweep's record of it: labels, command, status, exit code, machine
         train.log                what the training printed
         fewshot.json             `reluattn evaluate --fewshot` of the final checkpoint (when the experiment asks)
+        config.json              a copy of the run's config; of the checkpoints only the final one is kept
     <out>/results.csv, results.json, <experiment>.png     the report (report.py), rebuilt from the folders alone
 
 Resumable and idempotent: a cell whose cell.json says "done" is skipped; a cell killed mid-run has a
 checkpoint and continues with `reluattn train --resume` (bit-exact, so the table is the same as an
 uninterrupted sweep's); a cell that fails is recorded as "failed" and the others go on (a rerun retries it).
-Each cell runs in its own process (`python -m reluattn train`), so a crash cannot take the sweep down.
+Each cell runs in its own process (`python -m reluattn train`), so a crash cannot take the sweep down, and
+that process dies with the sweep. The logs (cell.json, summary.json, metrics.jsonl, config.json,
+fewshot.json) are all the report needs: docs/run-logs/<experiment>/ keeps them without the checkpoints.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import fnmatch
 import json
 import os
 import platform
+import shutil
 import signal
 import subprocess
 import sys
@@ -30,7 +34,7 @@ CELL_RECORD = "cell.json"
 TRAIN_LOG = "train.log"
 FEWSHOT = "fewshot.json"
 # What a run directory may hold before its first checkpoint; a cell restarted from scratch removes only these.
-RESTARTABLE_FILES = ("metrics.jsonl", "summary.json", TRAIN_LOG, CELL_RECORD, FEWSHOT)
+RESTARTABLE_FILES = ("metrics.jsonl", "summary.json", TRAIN_LOG, CELL_RECORD, FEWSHOT, "config.json")
 
 
 def machine_description() -> str:
@@ -139,12 +143,24 @@ def run_cell(experiment: str, cell, seed: int, run_dir: Path, data: str | None) 
     code = _run_logged(arguments, run_dir / TRAIN_LOG)
     if code == 0 and EXPERIMENTS[experiment].fewshot:
         code = _fewshot(run_dir, data)
+    if code == 0:
+        _keep_only_the_final_checkpoint(run_dir)
     record.update(status="done" if code == 0 else "failed", exit_code=code,
                   sweep_seconds=round(time.time() - started, 1))
     if code != 0:
         record["error"] = _last_error_line(run_dir / TRAIN_LOG)
     write_json_atomically(run_dir / CELL_RECORD, record)
     return record
+
+
+def _keep_only_the_final_checkpoint(run_dir: Path) -> None:
+    """A finished cell needs only its final checkpoint (the report reads its config and parameters)."""
+    checkpoints = run_dir / "checkpoints"
+    latest = (checkpoints / "LATEST").read_text().strip()
+    for folder in checkpoints.glob("step_*"):
+        if folder.name != latest and folder.is_dir():
+            shutil.rmtree(folder)
+    shutil.copyfile(checkpoints / latest / "config.json", run_dir / "config.json")
 
 
 def _fewshot(run_dir: Path, data: str | None) -> int:
