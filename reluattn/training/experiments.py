@@ -182,7 +182,7 @@ EXPERIMENTS = {e.name: e for e in (
                "bars"),
     Experiment("kv-memory", "Seen as a key-value memory, an FFN read out by softmax + LayerNorm is about as "
                "good as relu, and relu pulls ahead when the memory has many slots.",
-               "Shen et al. (2023), abstract; the slot sweep is a secondary reading", _kv_memory, "slots"),
+               "Shen et al. (2023), abstract", _kv_memory, "slots"),
     Experiment("long-sequence", "Softmax attention degrades as sequences get long where relu attention "
                "(scaled, with ReLUFormer's regularisers) does not.",
                "Shen et al. (2023), abstract; the scaling and regularisers are a secondary reading",
