@@ -6,7 +6,10 @@ backends (and students) can use it.
 
 Initialisation (also in docs/initialisation.md):
   patch_embed.w          LeCun normal, std = 1/sqrt(P*P*C)         (a conv stem treated as a dense layer)
-  qkv, proj, gate, fc1, fc2 .w   Xavier (Glorot) uniform, limit = sqrt(6 / (fan_in + fan_out))
+  qkv.w (D, 3D)          q, k and v each their own (D, D) Xavier-uniform block, limit = sqrt(6 / (D + D))
+                         (big_vision's separate projections; one Xavier over (D, 3D) would give q and k half
+                         the variance, so scores with std ~0.5 instead of ~1 at initialisation)
+  proj, gate, fc1, fc2 .w   Xavier (Glorot) uniform, limit = sqrt(6 / (fan_in + fan_out))
   head.w                 normal, std 0.02                          (small: logits start near uniform)
   pos_embed              normal, std 0.02
   cls_token              zeros
@@ -69,7 +72,12 @@ def init_params(cfg: ViTConfig, seed: int = 0, dtype=np.float32) -> dict:
             return rng.normal(0.0, 0.02, shape)
         if path == "patch_embed/w":
             return rng.normal(0.0, 1.0 / np.sqrt(shape[0]), shape)
-        limit = np.sqrt(6.0 / (shape[0] + shape[1]))  # Xavier uniform for the remaining dense weights
+        if path.endswith("attn/qkv/w"):  # [q | k | v]: three (D, D) projections stored side by side
+            return np.concatenate([xavier_uniform((shape[0], shape[1] // 3)) for _ in range(3)], axis=1)
+        return xavier_uniform(shape)  # the remaining dense weights
+
+    def xavier_uniform(shape: tuple) -> np.ndarray:
+        limit = np.sqrt(6.0 / (shape[0] + shape[1]))  # keeps forward and backward variance balanced
         return rng.uniform(-limit, limit, shape)
 
     flat_shapes = flatten(param_shapes(cfg), is_leaf=lambda x: isinstance(x, tuple))
