@@ -243,7 +243,7 @@ def _command_attention(args) -> int:
 
 def _command_sweep(args) -> int:
     from .training import sweep
-    return sweep.command(args, _data_argument(args))
+    return sweep.command(args, args.data)
 
 
 COMMANDS = {"train": _command_train, "evaluate": _command_evaluate, "plot": _command_plot,

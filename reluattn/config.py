@@ -12,7 +12,8 @@ import json
 import math
 from dataclasses import dataclass, field
 
-# The point-wise attention kinds of Wortsman et al. (2023), the softmax baseline, and sigmoid(s - log L).
+# The point-wise attention kinds of Wortsman et al. (2023), the softmax baseline, and sigmoid(s - log L)
+# (from Ramapuram et al. 2024, neither of the two papers reluattn follows).
 ATTENTION_KINDS = (
     "softmax",       # softmax over keys (alpha and scale are ignored)
     "relu",          # max(s, 0)
@@ -22,7 +23,8 @@ ATTENTION_KINDS = (
     "sigmoid",       # 1 / (1 + e^-s)
     "relu6",         # min(max(s, 0), 6)
     "identity",      # s itself: linear attention, no nonlinearity
-    "sigmoid_bias",  # sigmoid(s - log L) (Ramapuram et al. 2024); alpha is ignored
+    "sigmoid_bias",  # sigmoid(s - log L) (Ramapuram et al. 2024); alpha is ignored. Rows sum to ~e^(1/2)
+                     # for large L, where sigmoid with alpha 1 sums to 1/2 (docs/derivations.md)
 )
 # Adding an attention kind: the tables that must change, and nothing else.
 #   1. ATTENTION_KINDS above (config validation, the CLI's --attention choices, every test that draws kinds).
@@ -109,8 +111,10 @@ class AttentionConfig(_JsonConfig):
 
     kind: str = "relu"        # h: one of ATTENTION_KINDS; "relu" with alpha=1 is ReLU / L
     alpha: float = 1.0        # length exponent: weights are divided by L**alpha (L = number of keys)
-    scale: float = 1.0        # constant multiplier on the point-wise weights (ReLUFormer's sqrt(2)/gamma)
-    qk_norm: bool = False     # LayerNorm over Dh of q and k before the dot product (ViT-22B)
+    scale: float = 1.0        # constant multiplier on the point-wise weights (ReLUFormer's sqrt(2)/gamma, a
+                              # secondary reading: not in that paper's abstract)
+    qk_norm: bool = False     # LayerNorm over Dh of q and k before the dot product (ViT-22B; Wortsman et al.'s
+                              # headline runs use it; the cpu-small-qknorm preset turns it on)
     gated: bool = False       # multiply the attention output by gate_activation(x W_g + b_g) before the projection
     impl: str = "dense"       # "dense" holds the T x T weights; "blocked" walks key blocks (long sequences)
     block_size: int | None = None  # keys per block for impl="blocked" (None: the backend picks)
