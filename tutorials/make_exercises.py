@@ -29,10 +29,12 @@ nothing that holds the answers, and starts with a cell that installs reluattn wh
 from __future__ import annotations
 
 import argparse
+import ast
 import os
 import re
 import sys
 import tempfile
+import textwrap
 from pathlib import Path
 
 import nbformat
@@ -110,6 +112,49 @@ def exercise_functions(source: str) -> list[str]:
         elif line.strip() == BEGIN and current is not None and current not in names:
             names.append(current)
     return names
+
+
+def marked_lines(source: str, begin: str, end: str) -> list[str]:
+    """The stripped, non-trivial lines between the markers: what a student version must not hold."""
+    lines, inside = [], False
+    for line in source.split("\n"):
+        if line.strip() in (begin, end):
+            inside = line.strip() == begin
+        elif inside and len(line.strip()) > 12 and not line.strip().startswith("#"):
+            lines.append(line.strip())
+    return lines
+
+
+def hidden_lines(tutorial: Path) -> list[str]:
+    """The tutorial's marked solution code and marked results, line by line."""
+    cells = nbformat.read(tutorial, as_version=4).cells
+    return [line for cell in cells for begin, end in ((BEGIN, END), (BEGIN_ANSWER, END_ANSWER))
+            for line in marked_lines(cell.source, begin, end)]
+
+
+def reference_lines() -> list[str]:
+    """Body lines of the reluattn functions that answer an exercise (those the checkers refuse), leaving out
+    short lines, comments, docstrings and plain unpacking (which the exercises give too)."""
+    import inspect  # with reluattn, only here: the rest of this script needs nbformat only
+
+    from reluattn.grading import refusal
+    found = set()
+    for exercise in refusal.ANSWERS:
+        for code, name in refusal._answers(exercise).values():
+            module_name, function_name = name.rsplit(".", 1)
+            source = textwrap.dedent(inspect.getsource(getattr(sys.modules[module_name], function_name)))
+            body = ast.parse(source).body[0].body
+            skip = range(body[0].lineno, body[0].end_lineno + 1) if ast.get_docstring(ast.parse(source).body[0]) else ()
+            lines = [line for number, line in enumerate(source.split("\n"), 1) if number > 1 and number not in skip]
+            found |= {line.strip() for line in lines if len(line.strip()) > 30
+                      and not line.strip().startswith(("#", '"', "return out", "raise "))
+                      and not re.fullmatch(r"[\w, ]+ = \w+(\.shape)?", line.strip())}
+    return sorted(found)
+
+
+def solution_lines() -> list[str]:
+    """Everything a student version or the student site must not hold."""
+    return sorted({line for tutorial in tutorial_paths() for line in hidden_lines(tutorial)} | set(reference_lines()))
 
 
 def student_notebook(tutorial: Path):
