@@ -39,9 +39,10 @@ docs: $(DOCS_STAMP)
 	$(PY) docs/_ext/site_check.py --student docs/_build/student --instructor docs/_build/instructor
 	@echo "open docs/_build/student/index.html (students) or docs/_build/instructor/index.html (instructors)"
 
-# Slides from the tutorials (reveal.js, one HTML file each), into docs/_build/slides.
+# Slides from the tutorials (nbconvert's reveal.js exporter, a slide per section, executed with
+# RELUATTN_QUICK=1), into docs/_build/slides.
 slides: $(STAMP)
-	$(PY) -m jupyter nbconvert --to slides --output-dir docs/_build/slides tutorials/[0-9][0-9]_*.ipynb
+	$(PY) docs/_ext/make_slides.py --out docs/_build/slides
 	@echo "open docs/_build/slides/01_why_1_over_L.slides.html"
 
 # Jupyter Lab on the tutorials (students: tutorials/exercises/), without running the tests first.

@@ -181,3 +181,13 @@ def test_the_site_check_finds_solutions_and_machine_paths(tmp_path):
     problems = check.problems(student, instructor)
     assert any("solution line" in problem for problem in problems)
     assert any("machine path /home/someone" in problem for problem in problems)
+
+
+def test_slides_start_at_each_section():
+    spec = importlib.util.spec_from_file_location("make_slides", DOCS / "_ext" / "make_slides.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    notebook = module.with_slide_breaks(nbformat.read(NOTEBOOKS[0], as_version=4))
+    starts = [cell.source.split("\n")[0] for cell in notebook.cells if cell.metadata.slideshow.slide_type == "slide"]
+    assert starts[0].startswith("# 01") and "## 4. Output variance: what ReLUFormer normalises" in starts
+    assert all(cell.metadata.slideshow.slide_type in ("slide", "-") for cell in notebook.cells)
