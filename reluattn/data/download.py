@@ -15,7 +15,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from tqdm.auto import tqdm
+from ..progress import tqdm
 
 from .cache import cache_dir
 from .errors import DataError

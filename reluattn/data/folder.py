@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image
-from tqdm.auto import tqdm
+from ..progress import tqdm
 
 from .errors import DataError
 
