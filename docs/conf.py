@@ -51,7 +51,7 @@ extensions = [
 
 # Pages written by others that may not exist yet: listed in the index's toctree when they do.
 OPTIONAL_PAGES = ("results", "performance")
-exclude_patterns = ["_build", "_ext", "**.ipynb_checkpoints", "Thumbs.db", ".DS_Store",
+exclude_patterns = ["_build", "_ext", "**.ipynb_checkpoints", "Thumbs.db", ".DS_Store", "tutorials/exercises",
                     *(f"{page}.md" for page in INSTRUCTOR_PAGES if STUDENT)]
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist"]
 myst_heading_anchors = 3
@@ -72,6 +72,12 @@ def copy_tutorials() -> None:
         copy = target / name
         if not copy.exists() or copy.read_bytes() != source.read_bytes():
             shutil.copyfile(source, copy)
+    # The exercise versions, offered for download beside every page (not pages themselves).
+    exercises = target / "exercises"
+    exercises.mkdir(exist_ok=True)
+    for source in sorted((ROOT / "tutorials" / "exercises").glob("[0-9][0-9]_*.ipynb")):
+        if not (exercises / source.name).exists() or (exercises / source.name).read_bytes() != source.read_bytes():
+            shutil.copyfile(source, exercises / source.name)
 
 
 copy_tutorials()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import ast
 import importlib.util
 import inspect
-import re
 from pathlib import Path
 
 import nbformat
@@ -76,34 +75,6 @@ def test_every_tutorial_with_exercises_is_covered():
     assert {f"check_{name}" for _, name in EXERCISES} == listed
 
 
-def marked_lines(source: str, begin: str, end: str) -> list[str]:
-    """The stripped, non-trivial lines between the markers (what the student version must not hold)."""
-    lines, inside = [], False
-    for line in source.split("\n"):
-        if line.strip() in (begin, end):
-            inside = line.strip() == begin
-        elif inside and len(line.strip()) > 12 and not line.strip().startswith("#"):
-            lines.append(line.strip())
-    return lines
-
-
-def reference_lines() -> list[str]:
-    """Body lines of the reluattn functions that answer an exercise (refused by the checkers)."""
-    import inspect
-    import sys
-
-    from reluattn.grading import refusal
-    found = set()
-    for exercise in refusal.ANSWERS:
-        for code, name in refusal._answers(exercise).values():
-            module = sys.modules[name.rsplit(".", 1)[0]]
-            source = inspect.getsource(getattr(module, name.rsplit(".", 1)[1]))
-            found |= {line.strip() for line in source.split("\n")[1:] if len(line.strip()) > 30
-                      and not line.strip().startswith(("#", '"', "return out", "raise "))
-                      and not re.fullmatch(r"[\w, ]+ = \w+(\.shape)?", line.strip())}  # unpacking, given to all
-    return sorted(found)
-
-
 def test_student_notebooks_hold_no_solution():
     for path in TUTORIALS:
         tutorial = nbformat.read(path, as_version=4)
@@ -112,9 +83,7 @@ def test_student_notebooks_hold_no_solution():
         assert make_exercises.BEGIN not in text and make_exercises.END not in text
         assert make_exercises.BEGIN_ANSWER not in text and make_exercises.END_ANSWER not in text
         assert text.count(make_exercises.BLANK) == sum(cell.source.count(make_exercises.BEGIN) for cell in tutorial.cells)
-        hidden = [line for cell in tutorial.cells
-                  for line in marked_lines(cell.source, make_exercises.BEGIN, make_exercises.END)
-                  + marked_lines(cell.source, make_exercises.BEGIN_ANSWER, make_exercises.END_ANSWER)]
+        hidden = make_exercises.hidden_lines(path)
         assert hidden, f"{path.name} marks nothing"
         leaked = [line for line in hidden if line in text]
         assert not leaked, f"{path.name}: the student version holds {leaked}"
@@ -122,7 +91,7 @@ def test_student_notebooks_hold_no_solution():
 
 
 def test_student_notebooks_hold_no_reference_body():
-    bodies = reference_lines()
+    bodies = make_exercises.reference_lines()
     assert len(bodies) > 20  # the refused functions were found
     for path in TUTORIALS:
         text = (make_exercises.EXERCISES / path.name).read_text(encoding="utf-8")
