@@ -61,45 +61,34 @@ def tutorial_paths() -> list[Path]:
             if any(BEGIN in cell.source for cell in nbformat.read(path, as_version=4).cells)]
 
 
-def blank_out(source: str) -> str:
-    """The cell's code with every marked block replaced by an indented NotImplementedError."""
-    lines, out, inside = source.split("\n"), [], False
-    for number, line in enumerate(lines, 1):
-        stripped = line.strip()
-        if stripped == BEGIN:
+def replace_marked(source: str, begin: str, end: str, replacement) -> str:
+    """`source` with every block between a `begin` and an `end` line replaced by replacement(begin line)."""
+    out, inside = [], False
+    for number, line in enumerate(source.split("\n"), 1):
+        if line.strip() == begin:
             if inside:
-                raise ValueError(f"line {number}: {BEGIN} inside another solution block")
+                raise ValueError(f"line {number}: {begin} inside another marked block")
             inside = True
-            out.append(line[:len(line) - len(line.lstrip())] + BLANK)
-        elif stripped == END:
+            out.append(replacement(line))
+        elif line.strip() == end:
             if not inside:
-                raise ValueError(f"line {number}: {END} without {BEGIN}")
+                raise ValueError(f"line {number}: {end} without {begin}")
             inside = False
         elif not inside:
             out.append(line)
     if inside:
-        raise ValueError(f"{BEGIN} without {END}")
+        raise ValueError(f"{begin} without {end}")
     return "\n".join(out)
+
+
+def blank_out(source: str) -> str:
+    """The cell's code with every marked block replaced by a NotImplementedError at the marker's indentation."""
+    return replace_marked(source, BEGIN, END, lambda line: line[:len(line) - len(line.lstrip())] + BLANK)
 
 
 def hide_answers(source: str) -> str:
     """A markdown cell with every marked result replaced by DERIVE."""
-    out, inside = [], False
-    for number, line in enumerate(source.split("\n"), 1):
-        if line.strip() == BEGIN_ANSWER:
-            if inside:
-                raise ValueError(f"line {number}: {BEGIN_ANSWER} inside another answer")
-            inside = True
-            out.append(DERIVE)
-        elif line.strip() == END_ANSWER:
-            if not inside:
-                raise ValueError(f"line {number}: {END_ANSWER} without {BEGIN_ANSWER}")
-            inside = False
-        elif not inside:
-            out.append(line)
-    if inside:
-        raise ValueError(f"{BEGIN_ANSWER} without {END_ANSWER}")
-    return "\n".join(out)
+    return replace_marked(source, BEGIN_ANSWER, END_ANSWER, lambda line: DERIVE)
 
 
 def exercise_functions(source: str) -> list[str]:
