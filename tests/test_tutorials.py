@@ -22,6 +22,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
 
 ROOT = Path(__file__).resolve().parents[1]
 TUTORIALS = ROOT / "tutorials"
@@ -191,3 +192,16 @@ def test_slides_start_at_each_section():
     starts = [cell.source.split("\n")[0] for cell in notebook.cells if cell.metadata.slideshow.slide_type == "slide"]
     assert starts[0].startswith("# 01") and "## 4. Output variance: what ReLUFormer normalises" in starts
     assert all(cell.metadata.slideshow.slide_type in ("slide", "-") for cell in notebook.cells)
+
+
+def test_a_wrong_answer_shows_in_jupyter_as_one_message(kernel_env, monkeypatch):
+    for name, value in kernel_env.items():
+        monkeypatch.setenv(name, value)
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_code_cell("from reluattn.grading import check_softmax_backward\n"
+                                                "check_softmax_backward(lambda dout, cache: cache[0] * dout)")]
+    with pytest.raises(CellExecutionError):
+        NotebookClient(notebook, timeout=CELL_TIMEOUT, kernel_name="python3").execute()
+    (error,) = notebook.cells[0].outputs
+    assert error.ename == "ExerciseFailed" and len(error.traceback) == 1  # no frames of the grader
+    assert "only the diagonal of the Jacobian" in error.traceback[0] and ".py" not in error.traceback[0]
