@@ -265,7 +265,7 @@ def _check_sweep_folder(out: Path, experiment: str, scale: str) -> None:
 def _progress_bar(total: int, initial: int, progress: bool):
     if not (progress and sys.stderr.isatty()):
         return None
-    from tqdm import tqdm
+    from ..progress import tqdm
     return tqdm(total=total, initial=initial, unit="run", dynamic_ncols=True, file=sys.stderr)
 
 
