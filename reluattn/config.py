@@ -32,8 +32,8 @@ ATTENTION_KINDS = (
 #      sigmoid_bias, pointwise / pointwise_derivative / length_factor there).
 #   3. jax_backend/attention_weights.py POINTWISE: h (autodiff gives h'); the same special cases.
 #   4. jax_backend/fast/pallas_attention.py KINDS, if the GPU kernel should support it.
-#   5. tests/test_numpy_gradcheck_sensitivity.py ATTENTION_KINDS_WITH_DERIVATIVES, and the kinks of
-#      tests/test_numpy_layers.py scores_for if h has any (finite differences must stay away from them).
+#   5. tests/numpy_backend/test_numpy_gradcheck_sensitivity.py ATTENTION_KINDS_WITH_DERIVATIVES, and the kinks of
+#      tests/numpy_backend/test_numpy_layers.py scores_for if h has any (finite differences must stay away from them).
 #   6. plots.py's list of kinds that ignore alpha, if it ignores alpha.
 # Causal, blocked and the fast kernels read h and the length factor from 2-3, so they need no change.
 # FFN activations; softmax and softmax_ln are the key-value-memory study of Shen et al. (2023).

@@ -1,4 +1,4 @@
-"""Make the student notebooks in tutorials/exercises/ from the tutorials.
+r"""Make the student notebooks in tutorials/exercises/ from the tutorials.
 
 In a tutorial, the code a student should write sits between two marker lines:
 

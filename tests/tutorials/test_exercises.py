@@ -2,7 +2,7 @@
 checker, and every reference solution (the tutorial's code) passes it.
 
 Only the notebooks' function definitions are run here (with their imports and the setup cell), not the
-notebooks themselves: tests/test_tutorials.py runs the tutorials, and a student notebook stops at its first
+notebooks themselves: tests/tutorials/test_tutorials.py runs the tutorials, and a student notebook stops at its first
 blank by design.
 """
 
@@ -18,7 +18,7 @@ import pytest
 
 from reluattn import grading
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("make_exercises", ROOT / "tutorials" / "make_exercises.py")
 make_exercises = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(make_exercises)
