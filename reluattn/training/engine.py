@@ -11,6 +11,8 @@ The Engine protocol, the whole interface between the loop and a backend:
     records = engine.fetch([metrics, ...])      # -> [{"loss", "accuracy", "grad_norm", "learning_rate"}]
                                                 # as Python floats (this waits for the device)
     engine.evaluate(images, labels)             # -> {"loss", "accuracy", "n"} on uint8 images
+    engine.attention_weights(images)            # -> [(B, H, T, L) NumPy array per block] on uint8 images
+                                                # (the plain float32 model; attention_statistics.py reads them)
     engine.host_params(), engine.host_opt_state()   # NumPy copies for a checkpoint (opt_state flat)
 
 A step is a pure function of (params, optimizer state, seed, step, indices): its augmentation comes from
@@ -55,6 +57,7 @@ class Engine(Protocol):
     def step(self, step: int, indices: np.ndarray): ...
     def fetch(self, metrics: list) -> list[dict]: ...
     def evaluate(self, images: np.ndarray, labels: np.ndarray, batch_size: int = 500) -> dict: ...
+    def attention_weights(self, images: np.ndarray) -> list: ...
     def host_params(self): ...
     def host_opt_state(self) -> dict: ...
 
@@ -114,6 +117,11 @@ class NumpyEngine:
     def evaluate(self, images: np.ndarray, labels: np.ndarray, batch_size: int = 500) -> dict:
         return evaluate_arrays(self.score, self.params, images, labels, batch_size)
 
+    def attention_weights(self, images: np.ndarray) -> list:
+        _, weights = self.backend.apply(self.params, normalize(images, self.mean, self.std), self.config.model,
+                                        return_attention=True)
+        return [np.asarray(block) for block in weights]
+
     def host_params(self):
         return self.params
 
@@ -152,6 +160,7 @@ class JaxEngine:
         self.images = jax.device_put(np.ascontiguousarray(train_images, dtype=np.uint8), self._whole)
         self.labels = jax.device_put(np.asarray(train_labels, dtype=np.int32), self._whole)
         mean, std = tuple(mean), tuple(std)
+        self.mean, self.std = mean, std
         settings, num_classes, seed = config.augmentation, config.model.num_classes, config.seed
 
         def augment(key, images, labels):
@@ -194,6 +203,12 @@ class JaxEngine:
 
     def evaluate(self, images: np.ndarray, labels: np.ndarray, batch_size: int = 500) -> dict:
         return evaluate_arrays(self.score, self.params, images, labels, batch_size, self.devices)
+
+    def attention_weights(self, images: np.ndarray) -> list:
+        # The plain model in float32 (no bfloat16, no speed paths): the weights, not the training arithmetic.
+        _, weights = self.backend.apply(self.params, normalize(images, self.mean, self.std), self.config.model,
+                                        return_attention=True)
+        return [np.asarray(block) for block in jax.device_get(weights)]
 
     def host_params(self):
         return jax.device_get(self.params)
