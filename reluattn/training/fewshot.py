@@ -49,9 +49,9 @@ def pre_logits(params, images: np.ndarray, cfg, mean, std, backend: str = "jax",
     return np.concatenate(features)  # (N, D)
 
 
-def ridge_probe_accuracy(fit_features, fit_labels, test_features, test_labels, num_classes: int,
-                         l2: float = L2_REG) -> float:
-    """Accuracy on the test set of the ridge probe fitted on (fit_features (n, D), fit_labels (n,))."""
+def ridge_probe_scores(fit_features, fit_labels, test_features, num_classes: int, l2: float = L2_REG):
+    """(m, K) class scores of test_features (m, D) under the ridge probe fitted on (fit_features (n, D),
+    fit_labels (n,)); the prediction is their argmax."""
     mean = fit_features.mean(axis=0, keepdims=True)  # (1, D)
     std = fit_features.std(axis=0, keepdims=True) + WHITENING_EPSILON  # (1, D)
 
@@ -66,8 +66,14 @@ def ridge_probe_accuracy(fit_features, fit_labels, test_features, test_labels, n
         weights = np.linalg.solve(x.T @ x + l2 * np.eye(width), x.T @ y)  # (D + 1, K)
     else:  # fewer shots than features: the same solution through the n x n system
         weights = x.T @ np.linalg.solve(x @ x.T + l2 * np.eye(count), y)  # (D + 1, K)
-    predictions = np.argmax(design(np.asarray(test_features, np.float64)) @ weights, axis=1)  # (m,)
-    return float(np.mean(predictions == np.asarray(test_labels)))
+    return design(np.asarray(test_features, np.float64)) @ weights  # (m, K)
+
+
+def ridge_probe_accuracy(fit_features, fit_labels, test_features, test_labels, num_classes: int,
+                         l2: float = L2_REG) -> float:
+    """Accuracy on (test_features, test_labels) of the ridge probe fitted on (fit_features, fit_labels)."""
+    scores = ridge_probe_scores(fit_features, fit_labels, test_features, num_classes, l2)  # (m, K)
+    return float(np.mean(np.argmax(scores, axis=1) == np.asarray(test_labels)))
 
 
 def check_fewshot_arguments(shots, seeds) -> None:
@@ -105,4 +111,4 @@ def fewshot_accuracy(features, labels, shots: int = 10, seeds: int = 5, l2: floa
             "fewshot_shots": shots, "fewshot_seeds": seeds, "fewshot_n": int(len(labels) - shots * len(classes))}
 
 
-__all__ = ["fewshot_accuracy", "check_fewshot_arguments", "ridge_probe_accuracy", "pre_logits", "feature_head", "FEWSHOT_KEYS", "L2_REG"]
+__all__ = ["fewshot_accuracy", "check_fewshot_arguments", "ridge_probe_accuracy", "ridge_probe_scores", "pre_logits", "feature_head", "FEWSHOT_KEYS", "L2_REG"]
