@@ -154,3 +154,21 @@ def test_every_validation_record_carries_the_statistics_of_its_checkpoint(data, 
     for name in REQUIRED:
         assert val[-1]["attention"][name] == pytest.approx(expected[name], abs=1e-4), name
     assert val[0]["attention"] != val[-1]["attention"]  # measured at each validation, not once
+
+
+def test_plot_adds_a_row_of_attention_panels_when_runs_logged_them(tmp_path):
+    from PIL import Image
+
+    from reluattn.training.plots import plot_runs
+    train = {"step": 2, "split": "train", "loss": 1.0, "accuracy": 0.5}
+    stats = {"row_sum_mean": [0.4, 0.5], "entropy_ratio": [0.9, None], "zero_fraction": [0.5, 0.4],
+             "top_share": [0.1, 0.2]}
+    heights = {}
+    for name, extra in (("plain", {}), ("measured", {"attention": stats})):
+        run = tmp_path / name
+        run.mkdir()
+        val = {"step": 2, "split": "val", "loss": 1.0, "accuracy": 0.5, **extra}
+        (run / "metrics.jsonl").write_text(json.dumps(train) + "\n" + json.dumps(val) + "\n")
+        output = plot_runs([run], tmp_path / f"{name}.png")
+        heights[name] = Image.open(output).size[1]
+    assert heights["measured"] > 1.7 * heights["plain"]
