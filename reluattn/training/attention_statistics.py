@@ -19,7 +19,8 @@ Per block (lists indexed by block), over every row (image, head, query) of the w
 
 Rows whose weights are all zero (relu rows can be) have no distribution: they count in the row sums and the
 zero fraction and are left out of entropy_ratio and top_share. |w| makes the entropy defined for kinds with
-negative weights (identity, gelu); for non-negative kinds it is w itself. Everything is NumPy, in float64.
+negative weights (identity, gelu); for non-negative kinds it is w itself. Everything is NumPy: element-wise
+in float32, sums and the statistics in float64.
 """
 
 from __future__ import annotations
@@ -36,19 +37,24 @@ CHUNK_ELEMENTS = 2 ** 25  # at most this many weights (B * depth * H * T * L) he
 
 
 def _row_values(weights, entropy_margin: float) -> dict:
-    """Per-row values of one block's weights (B, H, T, L), flattened over (B, H, T)."""
-    w = np.asarray(weights, dtype=np.float64)  # (B, H, T, L)
+    """Per-row values of one block's weights (B, H, T, L), flattened over (B, H, T). Element-wise work in
+    float32 (the weights' precision), sums over a row in float64."""
+    w = np.asarray(weights, dtype=np.float32)  # (B, H, T, L)
     length = w.shape[-1]
-    sums = w.sum(axis=-1)  # (B, H, T), signed
-    mass = np.abs(w)  # (B, H, T, L)
-    total = mass.sum(axis=-1)  # (B, H, T)
+    sums = w.sum(axis=-1, dtype=np.float64)  # (B, H, T), signed
+    mass = np.abs(w) if w.min(initial=0.0) < 0 else w  # (B, H, T, L)
+    total = mass.sum(axis=-1, dtype=np.float64)  # (B, H, T)
     live = total > 0  # (B, H, T): rows with a distribution
-    p = np.divide(mass, total[..., None], out=np.zeros_like(mass), where=live[..., None])  # (B, H, T, L)
-    plogp = np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0)  # (B, H, T, L), 0 log 0 = 0
-    entropy = -plogp.sum(axis=-1)  # (B, H, T)
+    # H(p) = log S - sum_j m_j log m_j / S with S = sum_j m_j (0 log 0 = 0), one log over the weights.
+    mlogm = (mass * np.log(np.where(mass > 0, mass, 1.0))).sum(axis=-1, dtype=np.float64)  # (B, H, T)
+    safe_total = np.where(live, total, 1.0)  # (B, H, T)
+    entropy = np.where(live, np.log(safe_total) - mlogm / safe_total, 0.0)  # (B, H, T)
     top = max(1, math.ceil(TOP_FRACTION * length))
-    largest = np.partition(mass, length - top, axis=-1)[..., length - top:].sum(axis=-1)  # (B, H, T)
-    top_share = np.divide(largest, total, out=np.zeros_like(total), where=live)  # (B, H, T)
+    if top == 1:
+        largest = mass.max(axis=-1).astype(np.float64)  # (B, H, T)
+    else:
+        largest = np.partition(mass, length - top, axis=-1)[..., length - top:].sum(axis=-1, dtype=np.float64)
+    top_share = largest / safe_total  # (B, H, T)
     log_length = math.log(length)
     regulariser = (np.abs(np.log(np.maximum(sums, ROW_SUM_GUARD)))
                    + np.maximum(0.0, entropy - entropy_margin * log_length))  # (B, H, T)
