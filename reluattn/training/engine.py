@@ -4,6 +4,7 @@ The Engine protocol, the whole interface between the loop and a backend:
 
     engine = make_engine(config, train_images, train_labels, mean, std)   # NumpyEngine or JaxEngine
     engine.devices, engine.device_description   # how many devices share a batch; in words, for the log
+    engine.params                               # the current parameter tree (on the device with JAX)
     engine.start(params)                        # fresh parameters (a NumPy tree) and a fresh optimizer state
     engine.restore(params, opt_state, source)   # or a checkpoint's (opt_state flat, as run_dir saves it)
     metrics = engine.step(step, indices)        # one optimizer step on train_images[indices]; the metrics
@@ -51,6 +52,7 @@ class Engine(Protocol):
 
     devices: int
     device_description: str
+    params: object
 
     def start(self, params) -> None: ...
     def restore(self, params, opt_state_flat: dict, source: str) -> None: ...

@@ -17,9 +17,10 @@ checkpoint); each fetch checks the loss, so a non-finite value stops the run bef
 leaving the last good checkpoint in place. Train records carry, besides loss and accuracy, any further
 scalar the backend's step reports (the attention regulariser R, when the model computes it) and the learned
 alpha / gamma per block and head (when the model learns them); validation records carry "attention", the
-statistics of attention_statistics.py on a fixed batch (the first validation images). summary.json adds the
-run's FLOPs (`ViTConfig.flops_per_image()` x batch x steps) and the device it ran on. SIGINT (Ctrl-C) and SIGTERM finish the current step, save a
-checkpoint and return exit code 130 / 143.
+statistics of attention_statistics.py on a fixed batch (the first validation images). summary.json adds
+the run's FLOPs (`ViTConfig.flops_per_image()` x batch x steps) and the device it ran on.
+
+SIGINT (Ctrl-C) and SIGTERM finish the current step, save a checkpoint and return exit code 130 / 143.
 """
 
 from __future__ import annotations
