@@ -30,7 +30,7 @@ def test_uniform_rows_have_entropy_ratio_one_and_no_zeros():
     assert stats["row_sum_mean"] == [pytest.approx(1.0)] and stats["row_sum_std"] == [pytest.approx(0.0)]
     assert stats["entropy_ratio"] == [pytest.approx(1.0)]
     assert stats["zero_fraction"] == [0.0]
-    assert stats["top_share"] == [pytest.approx(1.0 / length)]  # 0.2 % of 8 entries rounds up to one entry
+    assert stats["top_share"] == [pytest.approx(1.0 / length)]  # max(1, round(0.002 * 8)) = one entry
     # |log 1| + max(0, log 8 - 0.7 log 8)
     assert stats["regulariser"] == [pytest.approx(0.3 * math.log(length))]
 

@@ -9,8 +9,9 @@ Per block (lists indexed by block), over every row (image, head, query) of the w
     row_sum_mean, row_sum_std  mean and standard deviation of sum_j w_ij (softmax: 1; relu / L: ~0.4 at init)
     entropy_ratio              mean over rows of H(p_i) / log L, p_i = |w_i| / sum_j |w_ij| (1: uniform rows)
     zero_fraction              the fraction of weights that are exactly 0 (relu's inactive scores)
-    top_share                  mean over rows of the share of sum_j |w_ij| held by its top 0.2 % of entries
-                               (at least one entry: with L = 65 that is the largest weight of the row)
+    top_share                  mean over rows of the share of sum_j |w_ij| held by its top 0.2 % of entries:
+                               max(1, round(0.002 L)) entries, as in notebook 05 (reluattn.grading.memories;
+                               with L = 65 that is the largest weight of the row, with L = 1025 the top 2)
     regulariser                mean over rows of |log max(sum_j w_ij, 1e-6)| + max(0, H(p_i) - c log L): the
                                row-sum + entropy regulariser of ReLUFormer (a secondary reading), c =
                                entropy_margin, as a number to watch whether or not it is trained with
@@ -28,6 +29,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
+from ..grading.memories import top_share
 
 TOP_FRACTION = 0.002     # "top 0.2 %" of a row's entries
 STATISTICS_IMAGES = 256  # the fixed batch: the first this many validation images ...
@@ -49,17 +52,12 @@ def _row_values(weights, entropy_margin: float) -> dict:
     mlogm = (mass * np.log(np.where(mass > 0, mass, 1.0))).sum(axis=-1, dtype=np.float64)  # (B, H, T)
     safe_total = np.where(live, total, 1.0)  # (B, H, T)
     entropy = np.where(live, np.log(safe_total) - mlogm / safe_total, 0.0)  # (B, H, T)
-    top = max(1, math.ceil(TOP_FRACTION * length))
-    if top == 1:
-        largest = mass.max(axis=-1).astype(np.float64)  # (B, H, T)
-    else:
-        largest = np.partition(mass, length - top, axis=-1)[..., length - top:].sum(axis=-1, dtype=np.float64)
-    top_share = largest / safe_total  # (B, H, T)
+    top = top_share(mass, TOP_FRACTION)  # (B, H, T), notebook 05's definition of "the top 0.2 %"
     log_length = math.log(length)
     regulariser = (np.abs(np.log(np.maximum(sums, ROW_SUM_GUARD)))
                    + np.maximum(0.0, entropy - entropy_margin * log_length))  # (B, H, T)
     return {"row_sum": sums.ravel(), "entropy_ratio": (entropy[live] / log_length if length > 1 else entropy[live]),
-            "top_share": top_share[live], "regulariser": regulariser.ravel(),
+            "top_share": top[live], "regulariser": regulariser.ravel(),
             "zeros": int(np.count_nonzero(w == 0)), "entries": int(w.size)}
 
 
