@@ -110,6 +110,9 @@ def test_image_size_upsamples_for_training_and_for_evaluation(data, tmp_path, ca
     capsys.readouterr()
     assert main(["evaluate", "--checkpoint", str(out), "--json"]) == 0  # reads 8x8 images, scores them at 16x16
     assert json.loads(capsys.readouterr().out)["n"] == 18
+    # --resume reads the image size from the run (and its data description matches the upsampled images).
+    assert main(["train", "--out", str(out), "--resume", "--data", str(data), "--no-progress"]) == 0
+    assert "already complete" in capsys.readouterr().out
 
 
 # ------------------------------------------------------------------------------ summary and train metrics
