@@ -95,6 +95,8 @@ def test_learned_alpha_and_gamma_come_from_the_length_parameters():
     assert factors["alpha"] == [[1.0, 0.5], [1.0, 0.5]]
     assert factors["gamma"] == [[pytest.approx(1.0), pytest.approx(0.5)]] * 2  # gamma = exp(-beta)
     assert learned_length_factors({"blocks": [{"attn": {"qkv": {}}}]}) == {}
+    only_scale = {"blocks": [{"attn": {"length": {"log_scale": np.zeros(2, np.float32)}}}]}
+    assert learned_length_factors(only_scale) == {"gamma": [[1.0, 1.0]]}
     stats = attention_statistics([[np.ones((1, 2, 2, 2)), np.ones((1, 2, 2, 2))]], params=params)
     assert stats["alpha"] == factors["alpha"]
 

@@ -97,16 +97,20 @@ def attention_statistics(chunks, entropy_margin: float = 0.7, params=None) -> di
 
 
 def learned_length_factors(params) -> dict:
-    """{"alpha": [[alpha_h per head] per block], "gamma": [[exp(-beta_h)] per block]} when the blocks have
-    learned length parameters (attn.length), else {}. Works on NumPy and on device (JAX) trees alike:
-    only these small leaves are copied to the host."""
+    """{"alpha": [[alpha_h per head] per block], "gamma": [[exp(-beta_h)] per block]} from the blocks'
+    learned length parameters (attn.length.alpha / attn.length.log_scale), each when present; {} without
+    them. Works on NumPy and on device (JAX) trees alike: only these small leaves are copied to the host."""
     blocks = params["blocks"]
-    if not blocks or "length" not in blocks[0]["attn"]:
+    lengths = [block["attn"].get("length") for block in blocks]
+    if not lengths or any(length is None for length in lengths):
         return {}
-    alpha = [np.asarray(block["attn"]["length"]["alpha"], dtype=np.float64) for block in blocks]  # (H,) each
-    log_scale = [np.asarray(block["attn"]["length"]["log_scale"], dtype=np.float64) for block in blocks]  # (H,)
-    return {"alpha": [[float(a) for a in per_head] for per_head in alpha],
-            "gamma": [[float(math.exp(-b)) for b in per_head] for per_head in log_scale]}
+    factors = {}
+    if all("alpha" in length for length in lengths):
+        factors["alpha"] = [[float(a) for a in np.asarray(length["alpha"], dtype=np.float64)] for length in lengths]
+    if all("log_scale" in length for length in lengths):
+        factors["gamma"] = [[float(math.exp(-b)) for b in np.asarray(length["log_scale"], dtype=np.float64)]
+                            for length in lengths]
+    return factors
 
 
 def _weights_per_image(cfg) -> int:
