@@ -11,6 +11,8 @@
     run_data.py    which images a run trains and validates on, and their normalisation statistics
     run_dir.py     what a run directory holds: checkpoints, metrics.jsonl, summary.json, resume checks
     evaluation.py  scoring a checkpoint (`evaluate`) and its attention maps (`attention`)
+    attention_statistics.py  the attention statistics of every validation record (NumPy, from weights)
+    fewshot.py     the few-shot ridge probe on the pre-logits (`evaluate --fewshot K`)
     plots.py       training curves and attention-map figures
     experiments.py the reproduction study's named grids of runs (`reluattn sweep EXPERIMENT`)
     sweep.py       running a grid, resumably, one `reluattn train` process per cell and seed
