@@ -1,7 +1,8 @@
 """The pure-NumPy Vision Transformer with hand-written backprop (imports only NumPy and reluattn's
 config, params and checks; never JAX).
 
-Files, in reading order (the ViT path is the first six):
+Files, in reading order (the ViT path is the first six)::
+
     layers.py               dense, LayerNorm, GELU, ReLU, SiLU, softmax, cross-entropy
     attention_weights.py    scores -> weights for every attention kind (softmax, relu / L, ...)
     multihead_attention.py  the multi-head core and the self-attention layer; attention(q, k, v)
@@ -55,7 +56,8 @@ Where they differ, and why:
   - JAX only: compute_dtype=jnp.bfloat16 and fast=True (the opt-in speed paths of jax_backend/fast/),
     make_train_step (the pure step, to jit with augmentation), and sharding.py (several devices).
 
-Shape legend, used in the shape comment on every line that makes a tensor:
+Shape legend, used in the shape comment on every line that makes a tensor::
+
     B   batch                          S   image side in pixels
     C   channels                       P   patch side in pixels
     N   patches per image = (S/P)^2    T   tokens (N, plus 1 for the class token)
