@@ -20,8 +20,7 @@ as in NumPy; sharding.py, the one JAX-only file (data parallelism over devices a
 CPU and no devices to spread over); fast/ (opt-in speed, see fast/__init__.py).
 
 NumPy <-> JAX, file for file (numpy_backend/X.py beside jax_backend/X.py). A NumPy layer is a pair
-`name_forward` / `name_backward`; its JAX twin is one function `name` whose backward is jax.grad's::
-
+`name_forward` / `name_backward`; its JAX twin is one function `name` whose backward is jax.grad's:
     file                  NumPy                                            JAX
     layers.py             dense_forward / dense_backward                   dense
                           layernorm_forward / layernorm_backward           layernorm

@@ -1,8 +1,7 @@
 """The pure-NumPy Vision Transformer with hand-written backprop (imports only NumPy and reluattn's
 config, params and checks; never JAX).
 
-Files, in reading order (the ViT path is the first six)::
-
+Files, in reading order (the ViT path is the first six):
     layers.py               dense, LayerNorm, GELU, ReLU, SiLU, softmax, cross-entropy
     attention_weights.py    scores -> weights for every attention kind (softmax, relu / L, ...)
     multihead_attention.py  the multi-head core and the self-attention layer; attention(q, k, v)
@@ -16,8 +15,7 @@ Every layer is a pair `out, cache = name_forward(...)` / `dx, grads = name_backw
 is a NamedTuple of arrays (or of smaller caches), and every backward says the order of what it returns.
 
 NumPy <-> JAX, file for file (numpy_backend/X.py beside jax_backend/X.py). A NumPy layer is a pair
-`name_forward` / `name_backward`; its JAX twin is one function `name` whose backward is jax.grad's::
-
+`name_forward` / `name_backward`; its JAX twin is one function `name` whose backward is jax.grad's:
     file                  NumPy                                            JAX
     layers.py             dense_forward / dense_backward                   dense
                           layernorm_forward / layernorm_backward           layernorm
@@ -56,8 +54,7 @@ Where they differ, and why:
   - JAX only: compute_dtype=jnp.bfloat16 and fast=True (the opt-in speed paths of jax_backend/fast/),
     make_train_step (the pure step, to jit with augmentation), and sharding.py (several devices).
 
-Shape legend, used in the shape comment on every line that makes a tensor::
-
+Shape legend, used in the shape comment on every line that makes a tensor:
     B   batch                          S   image side in pixels
     C   channels                       P   patch side in pixels
     N   patches per image = (S/P)^2    T   tokens (N, plus 1 for the class token)
