@@ -8,15 +8,16 @@ score it again; everything in it is checked before use, and what does not fit is
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
 
 from .. import backend as get_backend
-from ..params import check_params
+from ..params import check_params, flatten
 from .config import train_config_from_dict
 from .run_data import load_split
-from .run_dir import CheckpointError, load_checkpoint
+from .run_dir import CheckpointError, load_checkpoint, non_finite_arrays
 
 
 def load_trained(checkpoint) -> dict:
@@ -54,7 +55,9 @@ def _images_for(trained: dict, data, split, progress: bool):
 
 def evaluate_checkpoint(checkpoint, data=None, split=None, *, batch_size: int = 500, backend=None,
                         progress: bool = True) -> dict:
-    """{"accuracy", "loss" (mean cross-entropy, no label smoothing), "n", "split", "checkpoint"}."""
+    """{"accuracy", "loss" (mean cross-entropy, no label smoothing), "n", "split", "checkpoint", "error"}.
+
+    "error" is None, or says why accuracy and loss are None (non-finite parameters, or a non-finite loss)."""
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"--batch-size must be a positive whole number, got {batch_size!r}")
     trained = load_trained(checkpoint)
@@ -75,7 +78,19 @@ def evaluate_checkpoint(checkpoint, data=None, split=None, *, batch_size: int = 
         params = jax.device_put(trained["params"], sharding.replicated(mesh))
         result = engine.evaluate_arrays(engine.jax_scorer(config, mean, std, mesh), params, images, labels,
                                         batch_size, mesh.size)
-    return dict(result, split=split, checkpoint=str(trained["path"]))
+    return dict(result, split=split, checkpoint=str(trained["path"]), **_non_finite_outcome(trained, result))
+
+
+def _non_finite_outcome(trained: dict, result: dict) -> dict:
+    """{"error": None}, or None scores and an "error" saying why they mean nothing."""
+    bad = non_finite_arrays(flatten(trained["params"]))
+    if bad:
+        error = f"non-finite parameters ({', '.join(bad[:3])}) in {trained['path']}"
+    elif not math.isfinite(result["loss"]):
+        error = f"the loss is {result['loss']}"
+    else:
+        return {"error": None}
+    return {"accuracy": None, "loss": None, "error": error}
 
 
 def attention_maps(trained: dict, image: np.ndarray, backend=None):

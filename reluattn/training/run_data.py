@@ -10,6 +10,7 @@ images can be scored again later.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,6 +52,20 @@ def channel_statistics(images, chunk: int = 4096) -> tuple[list, list]:
     return [round(float(m), 4) for m in mean], [round(float(s), 4) for s in std]
 
 
+def data_fingerprint(*datasets) -> str:
+    """SHA-256 of the images, labels and class names of `datasets` (None entries count as absent): equal
+    fingerprints mean the same pixels in the same order with the same labels."""
+    digest = hashlib.sha256()
+    for dataset in datasets:
+        if dataset is None:
+            digest.update(b"none")
+            continue
+        digest.update(repr((dataset.images.shape, list(dataset.class_names))).encode())
+        digest.update(np.ascontiguousarray(dataset.images).data)
+        digest.update(np.ascontiguousarray(dataset.labels, dtype=np.int64).data)
+    return f"sha256:{digest.hexdigest()}"
+
+
 def load_run_data(config: TrainConfig, data=None, *, progress: bool = True) -> RunData:
     """Training and validation images for `config` (not yet resolved: any preset or saved config)."""
     path = data_source(data)
@@ -79,6 +94,7 @@ def load_run_data(config: TrainConfig, data=None, *, progress: bool = True) -> R
         "validation_split": validation_split,
         "mean": mean,                       # per channel, of pixel / 255: what normalisation subtracts
         "std": std,                         # and divides by (training and evaluation alike)
+        "fingerprint": data_fingerprint(train, validation),  # what --resume checks it continues on
     }
     return RunData(train, validation, description)
 

@@ -29,7 +29,6 @@ import errno
 import json
 import math
 import os
-import shutil
 import zipfile
 from pathlib import Path
 
@@ -37,31 +36,14 @@ import numpy as np
 
 from ..params import flatten, unflatten
 from .config import IMPLIED_BY_OLDER_CHECKPOINTS, TrainConfig, config_differences, train_config_from_dict
-
-CHECKPOINTS = "checkpoints"
-LATEST = "LATEST"
-FILES = ("config.json", "params.npz", "opt_state.npz", "state.json")
-METRICS = "metrics.jsonl"
-SUMMARY = "summary.json"
+from .files import append_line, fsync_dir, make_temporary_dir, write_atomically
+from .run_folder import CHECKPOINT_FILES as FILES, CHECKPOINTS, LATEST, METRICS, SUMMARY, remove_our_files
 
 
 # ------------------------------------------------------------------------------------------- checkpoints
 
 class CheckpointError(ValueError):
     """A checkpoint could not be written or read; the message says what to do."""
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _write_npz(path: Path, arrays: dict) -> None:
@@ -78,6 +60,12 @@ def _write_text(path: Path, text: str) -> None:
         os.fsync(handle.fileno())
 
 
+def non_finite_arrays(arrays: dict) -> list[str]:
+    """The names of the arrays in a flat {name: array} dict that hold a NaN or an infinity."""
+    return [name for name, array in arrays.items()
+            if np.issubdtype(np.asarray(array).dtype, np.inexact) and not np.all(np.isfinite(array))]
+
+
 def save_checkpoint(run_dir, step: int, config: dict, params, opt_state: dict, state: dict,
                     keep: int = 3) -> Path:
     """Write checkpoint `step` under `run_dir` atomically and point LATEST at it; keep the newest `keep`.
@@ -88,30 +76,34 @@ def save_checkpoint(run_dir, step: int, config: dict, params, opt_state: dict, s
     root = Path(run_dir) / CHECKPOINTS
     name = f"step_{step:08d}"
     final = root / name
-    temporary = root / f".tmp-{name}-{os.getpid()}"
+    flat_params = flatten(params)
+    bad = non_finite_arrays(flat_params) + non_finite_arrays(opt_state)
+    if bad:  # never let a NaN checkpoint become "the last good one"
+        raise CheckpointError(f"refusing to save checkpoint {final}: {', '.join(bad[:3])} hold non-finite values")
+    temporary = None
     try:
         root.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(temporary, ignore_errors=True)
-        temporary.mkdir()
+        temporary = make_temporary_dir(root, f"tmp-{name}")
         _write_text(temporary / "config.json", json.dumps(config, indent=2, sort_keys=True))
-        _write_npz(temporary / "params.npz", flatten(params))
+        _write_npz(temporary / "params.npz", flat_params)
         _write_npz(temporary / "opt_state.npz", opt_state)
         _write_text(temporary / "state.json", json.dumps(dict(state, step=step), indent=2, sort_keys=True))
-        _fsync_dir(temporary)
-        if final.exists():  # re-saving the same step (e.g. after a resume): swap the old one out first
-            shutil.rmtree(final)
+        fsync_dir(temporary)
+        # Re-saving the same step (e.g. after a resume): swap the old one out first, deleting only our files.
+        if (final.exists() or final.is_symlink()) and not remove_our_files(final):
+            raise CheckpointError(f"{final} holds files reluattn did not write "
+                                  f"({', '.join(sorted(p.name for p in final.iterdir())[:3])}); move them away")
         os.rename(temporary, final)
-        _fsync_dir(root)
-        _write_text(root / f".{LATEST}.tmp", name)
-        os.replace(root / f".{LATEST}.tmp", root / LATEST)
-        _fsync_dir(root)
+        fsync_dir(root)
+        write_atomically(root / LATEST, name)
     except OSError as error:
-        shutil.rmtree(temporary, ignore_errors=True)
+        if temporary is not None:
+            remove_our_files(temporary)
         reason = "the disk is full" if error.errno == errno.ENOSPC else (error.strerror or str(error))
         raise CheckpointError(f"could not write checkpoint {final}: {reason}; free space or choose another "
                               f"--out (earlier checkpoints are intact)") from None
     for old in list_checkpoints(run_dir)[:-keep] if keep else []:
-        shutil.rmtree(old, ignore_errors=True)
+        remove_our_files(old)
     return final
 
 
@@ -206,30 +198,17 @@ class MetricsLog:
         if not self.path.exists():
             return
         kept = [record for record in read_metrics(self.path) if record["step"] <= step]
-        temporary = self.path.with_name(f".{METRICS}.tmp")
-        with open(temporary, "w") as handle:
-            handle.writelines(json.dumps(record) + "\n" for record in kept)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, self.path)
+        write_atomically(self.path, "".join(json.dumps(record) + "\n" for record in kept))
 
     def append(self, record: dict) -> None:
         clean = {key: (None if isinstance(value, float) and not math.isfinite(value) else value)
                  for key, value in record.items()}
-        with open(self.path, "a") as handle:
-            handle.write(json.dumps(clean) + "\n")
-            handle.flush()
+        append_line(self.path, json.dumps(clean))
 
 
 def write_summary(run_dir, summary: dict) -> Path:
     """Write `<run>/summary.json` atomically (a temporary file in the run directory, then a rename)."""
-    path = Path(run_dir) / SUMMARY
-    temporary = path.with_name(f".{path.name}.tmp")
-    with open(temporary, "w") as handle:
-        json.dump(summary, handle, indent=2, sort_keys=True)
-        handle.write("\n")
-    os.replace(temporary, path)
-    return path
+    return write_atomically(Path(run_dir) / SUMMARY, json.dumps(summary, indent=2, sort_keys=True) + "\n")
 
 
 # ------------------------------------------------------------------------------------- optimizer states
@@ -303,7 +282,8 @@ def saved_train_config(run_dir) -> TrainConfig:
                               f"or from another version") from None
 
 
-def check_resume(saved_config: dict, resolved: TrainConfig, description: dict, run_dir) -> None:
+def check_resume(saved_config: dict, resolved: TrainConfig, description: dict, run_dir,
+                 allow_different_data: bool = False) -> None:
     saved = {**IMPLIED_BY_OLDER_CHECKPOINTS, **{k: v for k, v in saved_config.items() if k != "data"}}
     differences = config_differences(saved, resolved.to_dict())
     saved_data = saved_config.get("data", {})
@@ -317,6 +297,31 @@ def check_resume(saved_config: dict, resolved: TrainConfig, description: dict, r
                "resumed)" if lengthened else "")
         raise ValueError(f"cannot resume {run_dir}: this command differs from the saved run ({shown}){why}; drop "
                          f"those flags to continue it, or start a new run with another --out")
+    saved_print = saved_data.get("fingerprint")  # absent in checkpoints written before it was recorded
+    if saved_print and saved_print != description["fingerprint"] and not allow_different_data:
+        where = description["path"] or "the downloaded CIFAR archive"
+        raise ValueError(f"cannot resume {run_dir}: the images in {where} are not the ones the run was trained on "
+                         f"(fingerprint saved {saved_print[:19]}..., now {description['fingerprint'][:19]}...); "
+                         f"point --data at the run's data, or pass --allow-different-data to continue on these "
+                         f"images (with the run's normalisation)")
+
+
+def resume_step(checkpoint: dict, total: int) -> int:
+    """The step a loaded checkpoint resumes at, after checking its state and that its arrays are finite."""
+    path = checkpoint["path"]
+    step = checkpoint["state"].get("step")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise CheckpointError(f"{path / 'state.json'} holds no valid \"step\" (found {_short(step)}); the "
+                              f"checkpoint is corrupted — resume from an earlier one or start a new run")
+    if step > total:
+        raise CheckpointError(f"{path / 'state.json'} says step {step}, beyond this run's {total} steps; the "
+                              f"checkpoint is corrupted — resume from an earlier one or start a new run")
+    bad = non_finite_arrays(flatten(checkpoint["params"])) + non_finite_arrays(checkpoint["opt_state"])
+    if bad:
+        raise CheckpointError(f"{path} holds non-finite values ({', '.join(bad[:3])}), so it is not a good "
+                              f"checkpoint; point {path.parent / LATEST} at an earlier step_* folder to resume "
+                              f"from it, or start a new run")
+    return step
 
 
 def _short(value) -> str:
