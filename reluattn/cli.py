@@ -291,8 +291,8 @@ def main(argv=None) -> int:
 
 def _one_line(error: BaseException) -> str:
     text = str(error) or type(error).__name__
-    if isinstance(error, OSError) and error.filename and error.strerror:
-        text = f"{error.strerror}: {error.filename}"
+    if isinstance(error, OSError) and error.strerror:  # without "[Errno N]"; the file's name when it has one
+        text = f"{error.strerror}: {error.filename}" if error.filename else error.strerror
     return " ".join(text.split())
 
 

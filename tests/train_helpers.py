@@ -67,6 +67,11 @@ def tiny_args(data: Path, out: Path, steps: int = 12, **overrides) -> list[str]:
     return args
 
 
+def numpy_run(data: Path, out: Path, steps: int = 8, **flags) -> list[str]:
+    """tiny_args with the NumPy backend (no compilation: an in-process run takes a fraction of a second)."""
+    return tiny_args(data, out, steps=steps, **{"--backend": "numpy", **flags})
+
+
 # A wrapper around `reluattn` for subprocess tests: KILL_MODE makes the process hit itself with a signal
 # at a chosen point, deterministically (no sleeps, no races):
 #   flush:<SIG>:<step>       at the first metrics fetch at or after <step> (a moment between checkpoints)

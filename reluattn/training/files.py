@@ -24,7 +24,7 @@ TEMPORARY_MARK = ".tmp"
 def _could_not_write(error: OSError, path) -> OSError:
     """The same error, naming `path` (an OSError from write() names no file)."""
     reason = "the disk is full" if error.errno == errno.ENOSPC else (error.strerror or str(error))
-    return OSError(error.errno, f"could not write {path}: {reason}", str(path))
+    return OSError(error.errno, f"could not write {path}: {reason}")
 
 
 def fsync_dir(path) -> None:

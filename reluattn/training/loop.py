@@ -35,7 +35,7 @@ from .config import TrainConfig, check_fits_in_memory
 from .run_data import load_run_data
 from .run_dir import (CheckpointError, MetricsLog, check_resume, load_checkpoint, resume_step, save_checkpoint,
                       saved_train_config, write_summary)
-from .run_folder import RunFolderLock, check_fresh_run_folder, clean_leftovers
+from .run_folder import use_run_folder
 
 
 class NonFiniteLoss(RuntimeError):
@@ -72,10 +72,7 @@ def train(config: TrainConfig, out, *, data=None, resume: bool = False, progress
     run_dir = Path(out)
     if resume:
         saved_train_config(run_dir)  # a clear error when there is nothing (readable) to resume
-    with RunFolderLock(run_dir) as lock:  # one run per folder; released however this process ends
-        if not resume:
-            check_fresh_run_folder(run_dir, lock.existed)
-        clean_leftovers(run_dir)
+    with use_run_folder(run_dir, new_run=not resume):  # one run per folder; the lock dies with the process
         return _train(config, run_dir, data, resume, progress, stdout or sys.stdout, allow_different_data)
 
 

@@ -1,9 +1,11 @@
 """Who may use a run folder, and what `reluattn train` may find, write and delete in it.
 
-    with RunFolderLock(run_dir):       one `reluattn train` per folder at a time
-        check_fresh_run_folder(...)    a new run starts only in an empty folder or one of its own runs
-        clean_leftovers(run_dir)       temporaries a killed run left behind
+    with use_run_folder(run_dir, new_run=True):   the lock, the checks and the clean-up below
         ...
+
+    RunFolderLock(run_dir)          one `reluattn train` per folder at a time
+    check_fresh_run_folder(...)     a new run starts only in an empty folder or one of its own runs
+    clean_leftovers(run_dir)        temporaries a killed run left behind
 
 The lock is `fcntl.flock` on `<run>/.reluattn.lock`: the kernel drops it when the process ends, however it
 ends (SIGKILL included), so a stale lock cannot outlive its holder. The file holds the holder's PID (for the
@@ -19,6 +21,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 LOCK = ".reluattn.lock"
@@ -76,6 +79,20 @@ class RunFolderLock:
         if self.fd is not None:
             os.close(self.fd)  # closing the only descriptor releases the lock
             self.fd = None
+
+
+@contextmanager
+def use_run_folder(run_dir, *, new_run: bool):
+    """Hold `run_dir`'s lock for the block, after refusing a new run where it does not belong, and clean up
+    what an interrupted run left."""
+    run_dir = Path(run_dir)
+    if new_run and run_dir.exists():  # before the lock file would mark a folder that is not ours as a run
+        check_fresh_run_folder(run_dir, os.path.lexists(run_dir / LOCK))
+    with RunFolderLock(run_dir) as lock:
+        if new_run:  # again, holding the lock: another run may have started meanwhile
+            check_fresh_run_folder(run_dir, lock.existed)
+        clean_leftovers(run_dir)
+        yield lock
 
 
 def has_complete_checkpoint(run_dir) -> bool:
