@@ -3,6 +3,7 @@ arrays), `evaluate --json` on a broken checkpoint, and user mistakes that must b
 internal ones. In-process NumPy runs on the tiny image folder."""
 
 import json
+import os
 import shutil
 
 import numpy as np
@@ -10,7 +11,6 @@ import pytest
 from PIL import Image
 
 from reluattn.cli import main
-from reluattn.training import config as training_config
 from reluattn.training.run_dir import list_checkpoints, save_checkpoint
 from train_helpers import assert_bit_identical, final_arrays, numpy_run
 from train_helpers import data, environment  # noqa: F401  (module fixtures)
@@ -101,9 +101,9 @@ def test_evaluate_json_on_nan_parameters_prints_valid_json_and_fails(finished, d
     assert "non-finite parameters" in captured.err
 
 
-def test_resume_refuses_a_nan_checkpoint_instead_of_calling_it_good(finished, tmp_path, capsys):
+def test_resume_refuses_a_nan_checkpoint_instead_of_calling_it_good(finished, data, tmp_path, capsys):
     out = poisoned(finished, tmp_path)
-    line = one_error_line(capsys, resume_args(out))
+    line = one_error_line(capsys, resume_args(out, **{"--data": data}))
     assert "non-finite" in line and "head/w" in line and "not a good checkpoint" in line
 
 
@@ -125,7 +125,8 @@ def test_seed_beyond_64_bits_is_a_clear_error(data, tmp_path, capsys):
 
 def test_a_model_too_big_for_memory_says_what_it_would_need(data, tmp_path, capsys, monkeypatch):
     sizes = {"SC_PHYS_PAGES": 4 * 2 ** 20, "SC_PAGE_SIZE": 4096}  # a machine with 16 GiB
-    monkeypatch.setattr(training_config.os, "sysconf", lambda name: sizes[name])
+    real_sysconf = os.sysconf
+    monkeypatch.setattr(os, "sysconf", lambda name: sizes[name] if name in sizes else real_sysconf(name))
     line = one_error_line(capsys, numpy_run(data, tmp_path / "run", **{"--dim": 100000}))
     # 40,010,100,019 parameters (the 100000 x 300000 and 100000 x 100000 attention matrices: 4e10) x 16 bytes
     assert "40,010,100,019 parameters" in line and "596.2 GiB" in line and "16.0 GiB" in line and "--dim" in line
@@ -139,9 +140,9 @@ def test_clip_norm_must_not_be_negative(data, tmp_path, capsys):
 @pytest.mark.parametrize("state, fragment", [({"epoch": 0.57}, 'holds no valid "step"'),
                                              ({"step": "4"}, 'holds no valid "step"'),
                                              ({"step": 1000000}, "says step 1000000, beyond this run's 8 steps")])
-def test_a_damaged_state_json_is_a_clear_error(finished, tmp_path, capsys, state, fragment):
+def test_a_damaged_state_json_is_a_clear_error(finished, data, tmp_path, capsys, state, fragment):
     out = tmp_path / "run"
     shutil.copytree(finished, out)
     (list_checkpoints(out)[-1] / "state.json").write_text(json.dumps(state))
-    line = one_error_line(capsys, resume_args(out))
+    line = one_error_line(capsys, resume_args(out, **{"--data": data}))
     assert fragment in line and "state.json" in line and "corrupted" in line

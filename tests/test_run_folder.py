@@ -139,19 +139,20 @@ def test_planted_symlinks_under_temporary_names_are_never_written_through(data, 
     out = tmp_path / "run"
     assert main(numpy_run(data, out, steps=4)) == 0
     for name in (".curves.png.tmp", ".summary.json.tmp", ".metrics.jsonl.tmp", "checkpoints/.LATEST.tmp"):
-        (out / name).symlink_to(victim)
-    files.write_atomically(out / "summary.json", "{}")
-    files.write_atomically(out / "checkpoints" / "LATEST", "step_00000004")
+        (out / name).symlink_to(victim)  # the fixed temporary names older versions wrote through
     assert main(["plot", str(out), "--output", str(out / "curves.png")]) == 0
     assert main(numpy_run(data, out, steps=4) + ["--resume"]) == 0  # truncates metrics.jsonl, rewrites LATEST
-    assert victim.read_text() == "precious"
+    assert victim.read_bytes() == b"precious"
     assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    (out / ".summary.json.tmp").symlink_to(victim)
+    files.write_atomically(out / "summary.json", "{}")
+    assert victim.read_bytes() == b"precious" and (out / "summary.json").read_text() == "{}"
     # A metrics.jsonl that is itself a link is refused, not appended through.
     (out / "metrics.jsonl").unlink()
     (out / "metrics.jsonl").symlink_to(victim)
     with pytest.raises(OSError, match="symbolic link"):
         files.append_line(out / "metrics.jsonl", "{}")
-    assert victim.read_text() == "precious"
+    assert victim.read_bytes() == b"precious"
 
 
 def test_a_full_disk_names_the_file_it_could_not_write(data, tmp_path, capsys, monkeypatch):
@@ -162,7 +163,7 @@ def test_a_full_disk_names_the_file_it_could_not_write(data, tmp_path, capsys, m
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_write(fd, payload)
 
-    monkeypatch.setattr(files.os, "write", full_for_metrics)
+    monkeypatch.setattr(os, "write", full_for_metrics)
     out = tmp_path / "run"
     line = one_error_line(capsys, numpy_run(data, out, steps=4))
     assert f"could not write {out / 'metrics.jsonl'}: the disk is full" in line
@@ -171,7 +172,7 @@ def test_a_full_disk_names_the_file_it_could_not_write(data, tmp_path, capsys, m
     def full(fd):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(files.os, "fsync", full)
+    monkeypatch.setattr(os, "fsync", full)
     with pytest.raises(OSError, match=re.escape(f"could not write {tmp_path / 'summary.json'}: the disk is full")):
         files.write_atomically(tmp_path / "summary.json", "{}")
     assert not [name for name in os.listdir(tmp_path) if name.startswith(".summary")]
