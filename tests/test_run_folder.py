@@ -116,6 +116,14 @@ def test_pruning_old_checkpoints_leaves_files_reluattn_did_not_write(tmp_path):
     assert sorted(os.listdir(first)) == ["notes.txt"]  # our four files went, the user's note stayed
 
 
+def test_pruning_finishes_what_a_killed_pruning_left(tmp_path):
+    params = {"w": np.ones((2, 2), np.float32)}
+    first = save_checkpoint(tmp_path, 1, {}, params, {}, {}, keep=1)
+    (first / "config.json").unlink()  # killed half-way through deleting it
+    save_checkpoint(tmp_path, 2, {}, params, {}, {}, keep=1)
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["LATEST", "step_00000002"]
+
+
 # ----------------------------------------------------------------------- 10. leftovers and temporaries
 
 def test_leftover_temporaries_of_a_killed_run_are_cleaned_on_the_next_run(data, tmp_path, capsys):

@@ -114,8 +114,8 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-def run_cli(args, cache: Path, kill_mode: str | None = None, extra_env: dict | None = None, timeout: float = 120):
-    """Run `reluattn ARGS` in a fresh Python process; returns the CompletedProcess.
+def cli_command(args, cache: Path, kill_mode: str | None = None, extra_env: dict | None = None) -> dict:
+    """subprocess keyword arguments that run `reluattn ARGS` in a fresh Python process.
 
     The processes share `cache` for decoded images and JAX's persistent compilation cache, so only the
     first one of a kind pays for XLA's compilation (the same program gives the same executable)."""
@@ -126,8 +126,12 @@ def run_cli(args, cache: Path, kill_mode: str | None = None, extra_env: dict | N
     if kill_mode:
         env["KILL_MODE"] = kill_mode
     env.update(extra_env or {})
-    return subprocess.run([sys.executable, "-c", WRAPPER, *map(str, args)], env=env, capture_output=True, text=True,
-                          timeout=timeout, cwd=str(ROOT))
+    return {"args": [sys.executable, "-c", WRAPPER, *map(str, args)], "env": env, "text": True, "cwd": str(ROOT)}
+
+
+def run_cli(args, cache: Path, kill_mode: str | None = None, extra_env: dict | None = None, timeout: float = 120):
+    """Run `reluattn ARGS` in a fresh Python process (see cli_command); returns the CompletedProcess."""
+    return subprocess.run(**cli_command(args, cache, kill_mode, extra_env), capture_output=True, timeout=timeout)
 
 
 def final_arrays(run: Path, name: str = "params.npz") -> dict:

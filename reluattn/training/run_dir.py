@@ -102,9 +102,17 @@ def save_checkpoint(run_dir, step: int, config: dict, params, opt_state: dict, s
         reason = "the disk is full" if error.errno == errno.ENOSPC else (error.strerror or str(error))
         raise CheckpointError(f"could not write checkpoint {final}: {reason}; free space or choose another "
                               f"--out (earlier checkpoints are intact)") from None
-    for old in list_checkpoints(run_dir)[:-keep] if keep else []:
-        remove_our_files(old)
+    if keep:
+        _prune(root, {path.name for path in list_checkpoints(run_dir)[-keep:]}, name)
     return final
+
+
+def _prune(root: Path, kept: set, newest: str) -> None:
+    """Delete the checkpoints older than `newest` that are not `kept`, complete or not (a kill during an
+    earlier pruning leaves a checkpoint with some of its files gone)."""
+    for path in root.glob("step_*"):
+        if path.name not in kept and path.name < newest:
+            remove_our_files(path)
 
 
 def list_checkpoints(run_dir) -> list[Path]:
