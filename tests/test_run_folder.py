@@ -200,3 +200,20 @@ def test_a_second_ctrl_c_still_names_the_last_checkpoint(data, tmp_path, capsys,
     line = one_error_line(capsys, numpy_run(data, out, steps=8), code=130)
     assert str(out / "checkpoints" / "step_00000004") in line and "--resume" in line
     assert resolve_checkpoint(out).name == "step_00000004"
+
+
+def test_every_test_the_promises_in_the_docs_name_exists():
+    """docs/training.md's "What reluattn promises about your files" points at tests; each must exist."""
+    import ast
+    from train_helpers import ROOT
+    text = (ROOT / "docs" / "training.md").read_text()
+    section = text[text.index("## What reluattn promises about your files"):]
+    section = section[:section.index("\n## ")]
+    cited = set(re.findall(r"(tests/\w+\.py)::(\w+)", section))
+    assert len(cited) > 40
+    missing = []
+    for path, name in sorted(cited):
+        tree = ast.parse((ROOT / path).read_text())
+        if name not in {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}:
+            missing.append(f"{path}::{name}")
+    assert missing == []

@@ -15,7 +15,11 @@ killed at any moment and resumed ends bit-identical to one that never stopped.
 Metrics stay on the device and are fetched every `log_every` steps (and before every validation and
 checkpoint); each fetch checks the loss, so a non-finite value stops the run before it can be saved,
 leaving the last good checkpoint in place. SIGINT (Ctrl-C) and SIGTERM finish the current step, save a
-checkpoint and return exit code 130 / 143.
+checkpoint and return exit code 130 / 143; a second one stops at once, naming the last checkpoint.
+
+A run holds its folder's lock from start to end; a new run starts only in a new or empty folder or one
+of its own that has no checkpoint yet, and a resumed one reads the data its checkpoint recorded unless
+given other data (run_folder.py, run_dir.py).
 """
 
 from __future__ import annotations

@@ -10,17 +10,22 @@
         {"step", "epoch", "split": "train" | "val" | "test", "loss", "accuracy", "learning_rate",
          "images_per_s", "time"}
     <run>/summary.json     written at the end of a run (loop.py)
+    <run>/.reluattn.lock   the lock one `reluattn train` holds while it uses the folder (run_folder.py)
 
-Every checkpoint write goes to a temporary directory that is renamed into place only when complete, and
-LATEST is replaced atomically after that, so a crash at any instant leaves the previous checkpoint intact.
+Every checkpoint write goes to a new temporary directory (mkdtemp) that is renamed into place only when
+complete, and LATEST is replaced atomically after that (files.py), so a crash at any instant leaves the
+previous checkpoint intact; the next run removes what the crash left (run_folder.clean_leftovers). A
+checkpoint with a NaN or infinity in it is never written, and one found on resume is refused.
+Deleting an old checkpoint deletes only the four files reluattn wrote, then the folder if it is empty.
 The optimizer state is saved flat ({name: array}, `flatten_opt_state`) and restored against a fresh state
 from the backend's `init_optimizer` (`restore_opt_state`), so a saved state that does not fit the run is
 refused rather than half-loaded. In metrics.jsonl "step" counts the optimizer steps done and "time" is
 seconds of training since the run began (resumes included); train lines average the steps since the
 previous line, and "learning_rate" is the last one used.
 
-Resuming: `saved_train_config` reads the run's config back, and `check_resume` refuses a command that would
-change what the run computes.
+Resuming: `saved_train_config` reads the run's config back, `check_resume` refuses a command that would
+change what the run computes (or images whose fingerprint differs from the recorded one), and
+`resume_step` checks the checkpoint's state and that its arrays are finite.
 """
 
 from __future__ import annotations
