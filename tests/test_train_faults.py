@@ -15,10 +15,10 @@ import subprocess
 import time
 
 import numpy as np
-import pytest
 
 from reluattn.training.run_dir import list_checkpoints, read_metrics
-from train_helpers import assert_bit_identical, cli_command, final_arrays, make_folder_dataset, tiny_args
+from train_helpers import assert_bit_identical, cli_command, final_arrays, tiny_args
+from train_helpers import cache, data  # noqa: F401  (module fixtures)
 
 # Many small pieces of work to land in: a checkpoint every 3 steps (2 kept), a metrics line every step.
 FLAGS = {"--backend": "numpy", "--checkpoint-every": 3, "--keep-checkpoints": 2, "--log-every": 1,
@@ -27,16 +27,6 @@ STEPS = 30
 KILLS = 4
 # What a finished run folder holds (the lock file stays: deleting it could let two runs in).
 FINISHED = {".reluattn.lock", "metrics.jsonl", "summary.json", "checkpoints"}
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return make_folder_dataset(tmp_path_factory.mktemp("folder"))
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("cache")
 
 
 def start(out, data, cache, resume: bool, log) -> subprocess.Popen:

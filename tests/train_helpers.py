@@ -153,6 +153,12 @@ def data(tmp_path_factory):
     return make_folder_dataset(tmp_path_factory.mktemp("folder"))
 
 
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """A folder for run_cli's decoded images and compilation cache, shared by a module's processes."""
+    return tmp_path_factory.mktemp("cache")
+
+
 @pytest.fixture(scope="module", autouse=True)
 def environment(tmp_path_factory):
     """A private data cache and no RELUATTN_DATA, for the module's fixtures as well as its tests."""
