@@ -204,7 +204,7 @@ def _command_train(args) -> int:
     if args.resume:
         if not out:
             raise UsageError("reluattn train: --resume needs --out DIR, the run directory to continue")
-        from .training.run_dir import saved_train_config
+        from .training.resume import saved_train_config
         saved = saved_train_config(out)
         if args.preset is not None and args.preset != saved.preset:
             raise UsageError(f"reluattn train: {out} was trained with preset {saved.preset!r}, not "

@@ -37,8 +37,8 @@ import numpy as np
 from ..params import check_params, flatten, init_params
 from .config import TrainConfig, check_fits_in_memory
 from .run_data import load_run_data
-from .run_dir import (CheckpointError, MetricsLog, check_resume, load_checkpoint, resume_step, save_checkpoint,
-                      saved_train_config, write_summary)
+from .resume import check_resume, resume_step, saved_train_config
+from .run_dir import CheckpointError, MetricsLog, load_checkpoint, save_checkpoint, write_summary
 from .run_folder import use_run_folder
 
 
