@@ -205,6 +205,8 @@ def _command_train(args) -> int:
         if not out:
             raise UsageError("reluattn train: --resume needs --out DIR, the run directory to continue")
         from .training.resume import saved_train_config
+        from .training.run_folder import refuse_if_in_use
+        refuse_if_in_use(out)  # another run using the folder is the news, not what it has (not) saved yet
         saved = saved_train_config(out)
         if args.preset is not None and args.preset != saved.preset:
             raise UsageError(f"reluattn train: {out} was trained with preset {saved.preset!r}, not "

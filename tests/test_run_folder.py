@@ -15,8 +15,8 @@ import pytest
 from reluattn.cli import main
 from reluattn.training import files, loop
 from reluattn.training.run_dir import list_checkpoints, read_metrics, resolve_checkpoint, save_checkpoint
-from train_helpers import assert_bit_identical, final_arrays, numpy_run
-from train_helpers import data, environment  # noqa: F401  (module fixtures)
+from train_helpers import assert_bit_identical, cli_command, final_arrays, numpy_run
+from train_helpers import cache, data, environment  # noqa: F401  (module fixtures)
 
 
 def one_error_line(capsys, argv, code=1) -> str:
@@ -71,6 +71,22 @@ def test_a_second_run_on_a_locked_folder_refuses_naming_the_holder_and_the_lock_
         holder.kill()  # SIGKILL: no clean-up runs, the kernel drops the lock
         holder.wait()
     assert main(numpy_run(data, out, steps=4)) == 0
+
+
+def test_two_trainings_on_one_folder_the_second_refuses(data, cache, tmp_path, capsys):
+    out = tmp_path / "run"
+    first = subprocess.Popen(**cli_command(numpy_run(data, out, steps=2000, **{"--checkpoint-every": 500}), cache),
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        for line in first.stdout:  # wait until it is training
+            if line.startswith("reluattn: training "):
+                break
+        assert first.poll() is None
+        line = one_error_line(capsys, numpy_run(data, out, steps=2000) + ["--resume"])
+        assert f"PID {first.pid}" in line
+    finally:
+        first.kill()
+        first.wait()
 
 
 # ------------------------------------------------------------------------- 2. what a new run may start in

@@ -39,7 +39,7 @@ from .config import TrainConfig, check_fits_in_memory
 from .run_data import load_run_data
 from .resume import check_resume, resume_step, saved_train_config
 from .run_dir import CheckpointError, MetricsLog, load_checkpoint, save_checkpoint, write_summary
-from .run_folder import use_run_folder
+from .run_folder import refuse_if_in_use, use_run_folder
 
 
 class NonFiniteLoss(RuntimeError):
@@ -74,6 +74,7 @@ def train(config: TrainConfig, out, *, data=None, resume: bool = False, progress
     Without `data`, a resumed run reads the data source its checkpoint recorded; `allow_different_data`
     lets it continue on images whose fingerprint differs from the recorded one."""
     run_dir = Path(out)
+    refuse_if_in_use(run_dir)  # "in use by PID n" before anything that other run is changing
     if resume:
         saved_train_config(run_dir)  # a clear error when there is nothing (readable) to resume
     with use_run_folder(run_dir, new_run=not resume):  # one run per folder; the lock dies with the process

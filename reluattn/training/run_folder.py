@@ -66,11 +66,10 @@ class RunFolderLock:
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(self.fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            error = _in_use(self.run_dir, self.fd)
             os.close(self.fd)
             self.fd = None
-            raise RunFolderError(f"{self.run_dir} is in use by another reluattn train (PID {holder}); wait for it "
-                                 f"to finish or stop it, or choose another --out") from None
+            raise error from None
         os.ftruncate(self.fd, 0)
         os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
         return self
@@ -93,6 +92,27 @@ def use_run_folder(run_dir, *, new_run: bool):
             check_fresh_run_folder(run_dir, lock.existed)
         clean_leftovers(run_dir)
         yield lock
+
+
+def _in_use(run_dir, fd) -> RunFolderError:
+    holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+    return RunFolderError(f"{run_dir} is in use by another reluattn train (PID {holder}); wait for it to finish "
+                          f"or stop it, or choose another --out")
+
+
+def refuse_if_in_use(run_dir) -> None:
+    """The lock's error now, when another process holds `run_dir`'s lock (before any other check of the
+    folder, whose contents that process is changing); creates nothing."""
+    try:
+        fd = os.open(Path(run_dir) / LOCK, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return  # no lock file (or not one we can read): nobody can be holding it
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise _in_use(run_dir, fd) from None
+    finally:
+        os.close(fd)
 
 
 def has_complete_checkpoint(run_dir) -> bool:
