@@ -9,7 +9,7 @@ DOCS_STAMP := $(VENV)/.installed-docs
 # Extra flags for `make train`, e.g. make train ARGS="--attention softmax --out runs/softmax"
 ARGS   ?=
 
-.PHONY: train test bench docs clean
+.PHONY: train test bench docs slides lab clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,10 +30,24 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/numpy_backend.py
 
-# The site, into docs/_build/html: the notebooks are executed (RELUATTN_QUICK=1), warnings are errors.
+# The two sites (warnings are errors): docs/_build/student, the exercise versions of the notebooks (not run,
+# no solutions), and docs/_build/instructor, the tutorials executed (RELUATTN_QUICK=1) with the course's
+# answer keys and notes. Then both are checked for solution code (student) and machine paths (both).
 docs: $(DOCS_STAMP)
-	$(PY) -m sphinx -W --keep-going -q -b html docs docs/_build/html
-	@echo "open docs/_build/html/index.html"
+	$(PY) -m sphinx -W --keep-going -q -b html -t student docs docs/_build/student
+	$(PY) -m sphinx -W --keep-going -q -b html docs docs/_build/instructor
+	$(PY) docs/_ext/site_check.py --student docs/_build/student --instructor docs/_build/instructor
+	@echo "open docs/_build/student/index.html (students) or docs/_build/instructor/index.html (instructors)"
+
+# Slides from the tutorials (nbconvert's reveal.js exporter, a slide per section, executed with
+# RELUATTN_QUICK=1), into docs/_build/slides.
+slides: $(STAMP)
+	$(PY) docs/_ext/make_slides.py --out docs/_build/slides
+	@echo "open docs/_build/slides/01_why_1_over_L.slides.html"
+
+# Jupyter Lab on the tutorials (students: tutorials/exercises/), without running the tests first.
+lab: $(STAMP)
+	$(VENV)/bin/jupyter lab tutorials/
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis docs/_build docs/tutorials

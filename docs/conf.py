@@ -1,8 +1,15 @@
-"""Sphinx configuration for the reluattn site: `make docs` (or `sphinx-build -W docs docs/_build/html`).
+"""Sphinx configuration for the reluattn site, in two builds for two audiences (`make docs` makes both):
 
-The tutorials are executed while the site is built, with RELUATTN_QUICK=1 (a smaller run of each; set
-RELUATTN_QUICK=0 to render the full runs): they are copied from ../tutorials into docs/tutorials/ first
-(a generated folder, not committed). Formulas are rendered by MathJax 3 served from the site itself
+    sphinx-build -t student docs docs/_build/student    the student site: the tutorials' exercise versions
+                                                          (tutorials/exercises/, not executed: no solution
+                                                          code, no outputs), no instructor pages
+    sphinx-build docs docs/_build/instructor             the instructor site: the tutorials with their
+                                                          solutions, executed while the site is built, the
+                                                          course's answer keys, rubrics and notes
+
+The tutorials are executed with RELUATTN_QUICK=1 (a smaller run of each; set RELUATTN_QUICK=0 to render the
+full runs). The notebooks of the build's audience are copied into docs/tutorials/ first (a generated folder,
+not committed), so both sites have the same page names. Formulas are rendered by MathJax 3 served from the site itself
 (sphinx-mathjax-offline), so the pages need no network.
 """
 
@@ -23,6 +30,9 @@ os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ
 
 import reluattn  # noqa: E402
 
+STUDENT = tags.has("student")  # noqa: F821 (Sphinx defines `tags`; `-t student` sets it)
+INSTRUCTOR_PAGES = ("course/instructor",)  # left out of the student site
+
 project = "reluattn"
 author = "the reluattn developers"
 copyright = "2026, the reluattn developers"
@@ -41,17 +51,20 @@ extensions = [
 
 # Pages written by others that may not exist yet: listed in the index's toctree when they do.
 OPTIONAL_PAGES = ("results", "performance")
-exclude_patterns = ["_build", "_ext", "**.ipynb_checkpoints", "Thumbs.db", ".DS_Store"]
+exclude_patterns = ["_build", "_ext", "**.ipynb_checkpoints", "Thumbs.db", ".DS_Store", "tutorials/exercises",
+                    *(f"{page}.md" for page in INSTRUCTOR_PAGES if STUDENT)]
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist"]
 myst_heading_anchors = 3
 smartquotes = False  # keep -- and quotes as typed: command-line flags and code-like text
 
 
 def copy_tutorials() -> None:
-    """tutorials/NN_*.ipynb -> docs/tutorials/ (only those that changed, so rebuilds stay incremental)."""
+    """tutorials/NN_*.ipynb (the student site: tutorials/exercises/NN_*.ipynb) -> docs/tutorials/ (only those
+    that changed, so rebuilds of one site stay incremental)."""
     target = DOCS / "tutorials"
     target.mkdir(exist_ok=True)
-    wanted = {path.name: path for path in sorted((ROOT / "tutorials").glob("[0-9][0-9]_*.ipynb"))}
+    source = ROOT / "tutorials" / "exercises" if STUDENT else ROOT / "tutorials"
+    wanted = {path.name: path for path in sorted(source.glob("[0-9][0-9]_*.ipynb"))}
     for stale in target.glob("*.ipynb"):
         if stale.name not in wanted:
             stale.unlink()
@@ -59,16 +72,25 @@ def copy_tutorials() -> None:
         copy = target / name
         if not copy.exists() or copy.read_bytes() != source.read_bytes():
             shutil.copyfile(source, copy)
+    # The exercise versions, offered for download beside every page (not pages themselves).
+    exercises = target / "exercises"
+    exercises.mkdir(exist_ok=True)
+    for source in sorted((ROOT / "tutorials" / "exercises").glob("[0-9][0-9]_*.ipynb")):
+        if not (exercises / source.name).exists() or (exercises / source.name).read_bytes() != source.read_bytes():
+            shutil.copyfile(source, exercises / source.name)
 
 
 copy_tutorials()
 
 
 def optional_pages(app, docname, source):
-    """Fill the index's placeholder with the optional pages that exist."""
+    """Fill the index's placeholder with the optional pages that exist, and the course's with the instructor
+    pages (in the instructor site only)."""
     if docname == "index":
         present = [page for page in OPTIONAL_PAGES if (DOCS / f"{page}.md").exists()]
         source[0] = source[0].replace("optional-pages-here", "\n".join(present))
+    if docname == "course":
+        source[0] = source[0].replace("instructor-pages-here", "" if STUDENT else "\n".join(INSTRUCTOR_PAGES))
 
 
 def setup(app):
@@ -77,7 +99,7 @@ def setup(app):
 
 # ------------------------------------------------------------------------------------------- notebooks
 
-nb_execution_mode = "auto"           # run every notebook that has no outputs (they are committed without)
+nb_execution_mode = "off" if STUDENT else "auto"  # the instructor site runs every notebook without outputs
 nb_execution_timeout = 600           # seconds per cell
 nb_execution_raise_on_error = True   # a failing check cell fails the build
 nb_execution_show_tb = True

@@ -7,6 +7,8 @@ jit-compiled JAX ViT with the same functional API.
     logits = ra.backend("numpy").apply(params, images, cfg)   # or ra.backend("jax")
 
 Backends are imported on first use, so `import reluattn` (and the NumPy backend) never imports JAX.
+The two backends are twins: the same file names and function names (the name table is in
+`reluattn.numpy_backend`'s docstring). Importing any reluattn module changes no process-wide setting.
 """
 
 from .config import AttentionConfig, OptimizerConfig, ViTConfig
@@ -21,7 +23,8 @@ BACKENDS = ("numpy", "jax")
 def backend(name: str):
     """The backend module `name` ("numpy" or "jax"). Both expose the same functions:
     `apply(params, images, cfg)`, `loss_and_grad(params, images, labels, cfg)`, `attention(...)`,
-    `init_optimizer(params, opt_cfg)` and `train_step(...)`."""
+    `init_optimizer(params, opt_cfg)` and `train_step(...)`; the JAX ones also take the opt-in speed
+    options `compute_dtype=` and `fast=`."""
     if name == "numpy":
         from . import numpy_backend
         return numpy_backend

@@ -119,6 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("runs", nargs="+", metavar="RUN_DIR")
     p.add_argument("--output", default="curves.png", help="PNG to write (default: curves.png)")
 
+    from .training import sweep
+    sweep.add_parser(commands)
+
     p = commands.add_parser("attention", help="attention maps of one image, PNG")
     p.add_argument("--checkpoint", required=True, help="a run directory (its latest checkpoint) or a checkpoint")
     p.add_argument("--data", help=f"the dataset (default: ${DATA_ENV}, else the path the run trained on)")
@@ -253,8 +256,13 @@ def _command_attention(args) -> int:
     return 0
 
 
+def _command_sweep(args) -> int:
+    from .training import sweep
+    return sweep.command(args, args.data)
+
+
 COMMANDS = {"train": _command_train, "evaluate": _command_evaluate, "plot": _command_plot,
-            "attention": _command_attention}
+            "attention": _command_attention, "sweep": _command_sweep}
 
 
 def main(argv=None) -> int:

@@ -12,7 +12,8 @@ import json
 import math
 from dataclasses import dataclass, field
 
-# The point-wise attention kinds of Wortsman et al. (2023), the softmax baseline, and sigmoid(s - log L).
+# The point-wise attention kinds of Wortsman et al. (2023), the softmax baseline, and sigmoid(s - log L)
+# (from Ramapuram et al. 2024, neither of the two papers reluattn follows).
 ATTENTION_KINDS = (
     "softmax",       # softmax over keys (alpha and scale are ignored)
     "relu",          # max(s, 0)
@@ -22,7 +23,8 @@ ATTENTION_KINDS = (
     "sigmoid",       # 1 / (1 + e^-s)
     "relu6",         # min(max(s, 0), 6)
     "identity",      # s itself: linear attention, no nonlinearity
-    "sigmoid_bias",  # sigmoid(s - log L) (Ramapuram et al. 2024); alpha is ignored
+    "sigmoid_bias",  # sigmoid(s - log L) (Ramapuram et al. 2024); alpha is ignored. Rows sum to ~e^(1/2)
+                     # for large L, where sigmoid with alpha 1 sums to 1/2 (docs/derivations.md)
 )
 # Adding an attention kind: the tables that must change, and nothing else.
 #   1. ATTENTION_KINDS above (config validation, the CLI's --attention choices, every test that draws kinds).
@@ -30,8 +32,8 @@ ATTENTION_KINDS = (
 #      sigmoid_bias, pointwise / pointwise_derivative / length_factor there).
 #   3. jax_backend/attention_weights.py POINTWISE: h (autodiff gives h'); the same special cases.
 #   4. jax_backend/fast/pallas_attention.py KINDS, if the GPU kernel should support it.
-#   5. tests/test_numpy_gradcheck_sensitivity.py ATTENTION_KINDS_WITH_DERIVATIVES, and the kinks of
-#      tests/test_numpy_layers.py scores_for if h has any (finite differences must stay away from them).
+#   5. tests/numpy_backend/test_numpy_gradcheck_sensitivity.py ATTENTION_KINDS_WITH_DERIVATIVES, and the kinks of
+#      tests/numpy_backend/test_numpy_layers.py scores_for if h has any (finite differences must stay away from them).
 #   6. plots.py's list of kinds that ignore alpha, if it ignores alpha.
 # Causal, blocked and the fast kernels read h and the length factor from 2-3, so they need no change.
 # FFN activations; softmax and softmax_ln are the key-value-memory study of Shen et al. (2023).
@@ -109,8 +111,10 @@ class AttentionConfig(_JsonConfig):
 
     kind: str = "relu"        # h: one of ATTENTION_KINDS; "relu" with alpha=1 is ReLU / L
     alpha: float = 1.0        # length exponent: weights are divided by L**alpha (L = number of keys)
-    scale: float = 1.0        # constant multiplier on the point-wise weights (ReLUFormer's sqrt(2)/gamma)
-    qk_norm: bool = False     # LayerNorm over Dh of q and k before the dot product (ViT-22B)
+    scale: float = 1.0        # constant multiplier on the point-wise weights (ReLUFormer's sqrt(2)/gamma, a
+                              # secondary reading: not in that paper's abstract)
+    qk_norm: bool = False     # LayerNorm over Dh of q and k before the dot product (ViT-22B; Wortsman et al.'s
+                              # headline runs use it; the cpu-small-qknorm preset turns it on)
     gated: bool = False       # multiply the attention output by gate_activation(x W_g + b_g) before the projection
     impl: str = "dense"       # "dense" holds the T x T weights; "blocked" walks key blocks (long sequences)
     block_size: int | None = None  # keys per block for impl="blocked" (None: the backend picks)

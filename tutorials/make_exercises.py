@@ -1,4 +1,4 @@
-"""Make the student notebooks in tutorials/exercises/ from the tutorials.
+r"""Make the student notebooks in tutorials/exercises/ from the tutorials.
 
 In a tutorial, the code a student should write sits between two marker lines:
 
@@ -8,9 +8,19 @@ In a tutorial, the code a student should write sits between two marker lines:
         ...the reference code...
         # END SOLUTION
 
-The student version keeps everything else (text, plots, the checker cell under each exercise) and puts
+The student version keeps everything else (text, the checker cell under each exercise) and puts
 `raise NotImplementedError(...)` in place of the marked code, at the marker's indentation. Every marked
 function `name` is graded by `reluattn.grading.check_<name>`.
+
+In a markdown cell, the result a student should derive (the final formula; the steps leading to it stay)
+sits between two HTML comments, invisible in the rendered tutorial:
+
+    <!-- BEGIN ANSWER -->
+    $$ \frac{\partial\ell}{\partial x} = ... $$
+    <!-- END ANSWER -->
+
+and the student version says instead that the result is theirs to derive. The student version links to
+nothing that holds the answers, and starts with a cell that installs reluattn where it is missing (Colab).
 
     python tutorials/make_exercises.py          # (re)write tutorials/exercises/*.ipynb
     python tutorials/make_exercises.py --check  # exit 1 if any is missing or out of date (the tests check this)
@@ -19,10 +29,12 @@ function `name` is graded by `reluattn.grading.check_<name>`.
 from __future__ import annotations
 
 import argparse
+import ast
 import os
 import re
 import sys
 import tempfile
+import textwrap
 from pathlib import Path
 
 import nbformat
@@ -31,6 +43,16 @@ TUTORIALS = Path(__file__).resolve().parent
 EXERCISES = TUTORIALS / "exercises"
 BEGIN, END = "# BEGIN SOLUTION", "# END SOLUTION"
 BLANK = 'raise NotImplementedError("your code here: see the derivation above")'
+BEGIN_ANSWER, END_ANSWER = "<!-- BEGIN ANSWER -->", "<!-- END ANSWER -->"
+DERIVE = ("*The result is yours to derive from the steps above; the checker under your code says when it is "
+          "right.*")
+INSTALL = """# Installs reluattn where it is missing (e.g. on Colab); does nothing in the project's own environment.
+import importlib.util
+import subprocess
+import sys
+
+if importlib.util.find_spec("reluattn") is None:
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "reluattn"], check=True)"""
 
 
 def tutorial_paths() -> list[Path]:
@@ -39,25 +61,34 @@ def tutorial_paths() -> list[Path]:
             if any(BEGIN in cell.source for cell in nbformat.read(path, as_version=4).cells)]
 
 
-def blank_out(source: str) -> str:
-    """The cell's code with every marked block replaced by an indented NotImplementedError."""
-    lines, out, inside = source.split("\n"), [], False
-    for number, line in enumerate(lines, 1):
-        stripped = line.strip()
-        if stripped == BEGIN:
+def replace_marked(source: str, begin: str, end: str, replacement) -> str:
+    """`source` with every block between a `begin` and an `end` line replaced by replacement(begin line)."""
+    out, inside = [], False
+    for number, line in enumerate(source.split("\n"), 1):
+        if line.strip() == begin:
             if inside:
-                raise ValueError(f"line {number}: {BEGIN} inside another solution block")
+                raise ValueError(f"line {number}: {begin} inside another marked block")
             inside = True
-            out.append(line[:len(line) - len(line.lstrip())] + BLANK)
-        elif stripped == END:
+            out.append(replacement(line))
+        elif line.strip() == end:
             if not inside:
-                raise ValueError(f"line {number}: {END} without {BEGIN}")
+                raise ValueError(f"line {number}: {end} without {begin}")
             inside = False
         elif not inside:
             out.append(line)
     if inside:
-        raise ValueError(f"{BEGIN} without {END}")
+        raise ValueError(f"{begin} without {end}")
     return "\n".join(out)
+
+
+def blank_out(source: str) -> str:
+    """The cell's code with every marked block replaced by a NotImplementedError at the marker's indentation."""
+    return replace_marked(source, BEGIN, END, lambda line: line[:len(line) - len(line.lstrip())] + BLANK)
+
+
+def hide_answers(source: str) -> str:
+    """A markdown cell with every marked result replaced by DERIVE."""
+    return replace_marked(source, BEGIN_ANSWER, END_ANSWER, lambda line: DERIVE)
 
 
 def exercise_functions(source: str) -> list[str]:
@@ -72,6 +103,49 @@ def exercise_functions(source: str) -> list[str]:
     return names
 
 
+def marked_lines(source: str, begin: str, end: str) -> list[str]:
+    """The stripped, non-trivial lines between the markers: what a student version must not hold."""
+    lines, inside = [], False
+    for line in source.split("\n"):
+        if line.strip() in (begin, end):
+            inside = line.strip() == begin
+        elif inside and len(line.strip()) > 12 and not line.strip().startswith("#"):
+            lines.append(line.strip())
+    return lines
+
+
+def hidden_lines(tutorial: Path) -> list[str]:
+    """The tutorial's marked solution code and marked results, line by line."""
+    cells = nbformat.read(tutorial, as_version=4).cells
+    return [line for cell in cells for begin, end in ((BEGIN, END), (BEGIN_ANSWER, END_ANSWER))
+            for line in marked_lines(cell.source, begin, end)]
+
+
+def reference_lines() -> list[str]:
+    """Body lines of the reluattn functions that answer an exercise (those the checkers refuse), leaving out
+    short lines, comments, docstrings and plain unpacking (which the exercises give too)."""
+    import inspect  # with reluattn, only here: the rest of this script needs nbformat only
+
+    from reluattn.grading import refusal
+    found = set()
+    for exercise in refusal.ANSWERS:
+        for code, name in refusal._answers(exercise).values():
+            module_name, function_name = name.rsplit(".", 1)
+            source = textwrap.dedent(inspect.getsource(getattr(sys.modules[module_name], function_name)))
+            body = ast.parse(source).body[0].body
+            skip = range(body[0].lineno, body[0].end_lineno + 1) if ast.get_docstring(ast.parse(source).body[0]) else ()
+            lines = [line for number, line in enumerate(source.split("\n"), 1) if number > 1 and number not in skip]
+            found |= {line.strip() for line in lines if len(line.strip()) > 30
+                      and not line.strip().startswith(("#", '"', "return out", "raise "))
+                      and not re.fullmatch(r"[\w, ]+ = \w+(\.shape)?", line.strip())}
+    return sorted(found)
+
+
+def solution_lines() -> list[str]:
+    """Everything a student version or the student site must not hold."""
+    return sorted({line for tutorial in tutorial_paths() for line in hidden_lines(tutorial)} | set(reference_lines()))
+
+
 def student_notebook(tutorial: Path):
     """The student version of one tutorial, as a notebook object without outputs."""
     notebook = nbformat.read(tutorial, as_version=4)
@@ -80,14 +154,19 @@ def student_notebook(tutorial: Path):
         if cell.cell_type == "code":
             cell.source = blank_out(cell.source)
             cell.outputs, cell.execution_count = [], None
+        elif cell.cell_type == "markdown":
+            cell.source = hide_answers(cell.source)
     intro = nbformat.v4.new_markdown_cell(
-        f"**Student version of [`{tutorial.name}`](../{tutorial.name}).** Each `raise NotImplementedError` marks "
-        f"code for you to write: {', '.join(f'`{name}`' for name in names)}. The cell after each one runs its "
-        f"checker from `reluattn.grading` (`check_<name>`), which says what is wrong until it is right. Cells that "
-        f"use a function fail until you have written it.\n\n"
+        f"**Exercises.** Each `raise NotImplementedError` marks code for you to write: "
+        f"{', '.join(f'`{name}`' for name in names)}. The cell after each one runs its checker from "
+        f"`reluattn.grading` (`check_<name>`), which says what is wrong until it is right. Cells that use a "
+        f"function fail until you have written it. The first code cell installs `reluattn` if it is missing "
+        f"(on Colab, for instance); CIFAR-10 is downloaded on first use.\n\n"
         f"*Generated by `tutorials/make_exercises.py` — edit the tutorial, not this file.*")
     intro.id = "student-version"
-    notebook.cells.insert(0, intro)
+    install = nbformat.v4.new_code_cell(INSTALL)
+    install.id = "install-reluattn"
+    notebook.cells[1:1] = [intro, install]  # after the title cell
     return notebook
 
 

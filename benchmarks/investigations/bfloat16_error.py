@@ -2,7 +2,7 @@
 
     PYTHONPATH=.:tests python benchmarks/investigations/bfloat16_error.py [--examples 200] [--seed 0]
 
-Draws --examples models from the family that tests/test_jax_model.py checks the bfloat16 path on (every
+Draws --examples models from the family that tests/jax_backend/test_jax_model.py checks the bfloat16 path on (every
 option, head width 8 or 16, dense attention, random parameters, batch 4; tests/jax_testing.py), runs
 each in float32 and with bfloat16 matmuls, and prints the worst and median of the three errors that test
 bounds: logits (relative to the largest logit), the loss (relative), and all gradient leaves as one

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image
-from tqdm.auto import tqdm
+from ..progress import tqdm
 
 from .errors import DataError, DataWarning
 from .limits import check_declared, check_image_size, image_side_limit, member_limit_bytes, read_limited

@@ -18,7 +18,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from tqdm.auto import tqdm
+from ..progress import tqdm
 
 from .cache import cache_dir
 from .errors import DataError, DataWarning

@@ -9,14 +9,12 @@ them up shows.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ..config import AttentionConfig, ViTConfig
 from ..numpy_backend import attention_weights, model, multihead_attention
 from ..params import init_params, tree_map
-from .feedback import ExerciseFailed, call_student, passed
+from .feedback import ExerciseFailed, call_student, checker, passed
 from .harness import avoid_kinks, grade, named_leaves, unpack_pair, verified_numeric
 
 RELU_OVER_L = AttentionConfig(kind="relu", alpha=1.0)
@@ -39,30 +37,33 @@ def _over_configs(exercise: str, configs, check_one) -> dict:
             failures.append(str(failure))
     if failures:
         right = [describe(cfg) for cfg in configs if describe(cfg) in errors]
+        lines = [line for failure in failures for line in failure.split("\n")]
+        hints = list(dict.fromkeys(line for line in lines if line.startswith("  hint: ")))  # each hint once, last
         note = f"\n(right for: {'; '.join(right)})" if right else ""
-        raise ExerciseFailed("\n".join(failures) + note)
+        raise ExerciseFailed("\n".join([line for line in lines if line not in hints] + hints) + note)
     worst = max(max(config_errors.values()) for config_errors in errors.values())
     passed(exercise, f"right for {'; '.join(errors)} (largest relative error against finite differences "
                      f"{worst:.1e})")
     return errors
 
 
+@checker
 def check_attention_weights_backward(student_backward, seed: int = 0) -> dict:
     """student_backward(dweights, cache, attn_cfg) -> dscores, cache = (scores, weights) from
     attention_weights.attention_weights_forward(scores, attn_cfg); scores (B, H, T, L), keys last.
-    Graded for softmax and for relu with alpha 1, 0.5 (scale sqrt 2) and 0."""
-    configs = [SOFTMAX, RELU_OVER_L, AttentionConfig(kind="relu", alpha=0.5, scale=math.sqrt(2.0)),
+    Graded for softmax and for relu with alpha 1, 0.5 (scale 1.5) and 0."""
+    configs = [SOFTMAX, RELU_OVER_L, AttentionConfig(kind="relu", alpha=0.5, scale=1.5),
                AttentionConfig(kind="relu", alpha=0.0)]
 
     def check_one(attn_cfg):
-        scores = avoid_kinks(lambda rng: (rng.normal(size=(2, 2, 3, 5)),) * 2, seed)  # (B, H, T, L)
+        scores = avoid_kinks(lambda rng: (rng.normal(size=(2, 3, 4, 7)),) * 2, seed)  # (B, H, T, L), all distinct
         weights, cache = attention_weights.attention_weights_forward(scores, attn_cfg)
         dweights = np.random.default_rng(seed + 1).normal(size=weights.shape)  # (B, H, T, L)
         reference = {"dscores": attention_weights.attention_weights_backward(dweights, cache, attn_cfg)}
         numeric = verified_numeric(
             lambda: float(np.sum(attention_weights.attention_weights_forward(scores, attn_cfg)[0] * dweights)),
             {"dscores": scores}, reference, "attention-weights backward")
-        num_queries, num_keys = scores.shape[-2:]
+        num_keys = scores.shape[-1]
         if attn_cfg.kind == "softmax":
             mistakes = {
                 "only the diagonal of the Jacobian diag(p) - p p^T is there: the - p (p . dweights) term, "
@@ -75,24 +76,28 @@ def check_attention_weights_backward(student_backward, seed: int = 0) -> dict:
             factors = {}
         else:
             factor = attention_weights.length_factor(attn_cfg, num_keys)
-            mistakes = {
-                "relu's derivative is the step 1[s > 0], not relu(s) itself":
-                    dweights * factor * np.maximum(scores, 0.0),
-                "this multiplies dweights by the weights; the derivative of scale * L^-alpha * relu(s) is "
-                "scale * L^-alpha * 1[s > 0]": dweights * weights,
-            }
-            factors = {"(L/T)^alpha: the length factor must use L, the number of keys (the last axis), not "
-                       "the number of queries T": (num_keys / num_queries) ** attn_cfg.alpha,
-                       "L^alpha / scale: the constant scale * L^-alpha in front of relu(s) is missing":
+            mask = dweights * attn_cfg.scale * (scores > 0)  # (B, H, T, L)
+            mistakes = {f"L is taken from the {name} axis (scores.shape[{axis}] = {scores.shape[axis]}); the length "
+                        f"factor uses L, the number of keys (the last axis)": mask * scores.shape[axis] ** -attn_cfg.alpha
+                        for axis, name in enumerate(("batch", "head", "query")) if attn_cfg.alpha}
+            mistakes.update({
+                "relu's derivative is the step 1[s > 0], not relu(s) itself (dweights times the weights is "
+                "dweights * scale * L^-alpha * relu(s))": dweights * weights,
+                "the mask 1[s > 0] is missing: relu passes no gradient where s < 0": dweights * factor,
+            })
+            factors = {"L^alpha / scale: the constant scale * L^-alpha in front of relu(s) is missing":
                            1.0 / factor,
                        "1 / scale: the scale is missing": 1.0 / attn_cfg.scale}
         dscores = call_student(student_backward, "attention_weights_backward", dweights, cache, attn_cfg)
         return grade(f"attention_weights_backward ({describe(attn_cfg)})", {"dscores": dscores}, reference,
-                     numeric, mistakes={"dscores": mistakes}, factors=factors, announce=False)
+                     numeric, mistakes={"dscores": mistakes}, factors=factors, announce=False,
+                     hint="relu: w_j = c L^-alpha relu(s_j) depends on s_j alone, so ds is dw times w's derivative, "
+                          "entry by entry; softmax: ds = J^T dw with J = diag(p) - p p^T (never built)")
 
     return _over_configs("attention_weights_backward", configs, check_one)
 
 
+@checker
 def check_attention_core_backward(student_backward, seed: int = 0) -> dict:
     """student_backward(dout, cache, attn_cfg) -> (dq, dk, dv), cache = (q, k, v, weights, weights_cache)
     from multihead_attention.heads_attention_forward(q, k, v, attn_cfg); q (B, H, T, Dh), k and v
@@ -116,12 +121,20 @@ def check_attention_core_backward(student_backward, seed: int = 0) -> dict:
             raise ExerciseFailed(f"attention_core_backward should return (dq, dk, dv); got {type(result).__name__}")
         factors = {"sqrt(Dh) = 2: the 1/sqrt(Dh) of the scores is missing": 2.0,
                    "1/sqrt(Dh) = 1/2: 1/sqrt(Dh) was applied twice": 0.5}
+        other = SOFTMAX if attn_cfg.kind == "relu" else RELU_OVER_L
+        other_dscores = attention_weights.attention_weights_backward(dout @ v.swapaxes(-1, -2), cache[4], other)
+        mistakes = {name: {f"the weights' backward must follow attn_cfg ({describe(attn_cfg)}); this used "
+                           f"{describe(other)}'s": wrong}
+                    for name, wrong in (("dq", other_dscores @ k / 2.0), ("dk", other_dscores.swapaxes(-1, -2) @ q / 2.0))}
         return grade(f"attention_core_backward ({describe(attn_cfg)})", dict(zip(("dq", "dk", "dv"), result)),
-                     reference, numeric, factors=factors, announce=False)
+                     reference, numeric, factors=factors, mistakes=mistakes, announce=False,
+                     hint="with S = Q K^T / sqrt(Dh), W = weights(S) and O = W V: dV and dW from O = W V, dS from "
+                          "the weights' backward, then dQ and dK from S (mind which side each factor goes on)")
 
     return _over_configs("attention_core_backward", [RELU_OVER_L, SOFTMAX], check_one)
 
 
+@checker
 def check_self_attention_backward(student_backward, seed: int = 0) -> dict:
     """student_backward(dout, cache, attn_cfg, heads) -> (dx, {"qkv": {"w", "b"}, "proj": {"w", "b"}}), cache
     from multihead_attention.self_attention_forward(x, params, attn_cfg, heads), without qk-norm or gate;
@@ -154,11 +167,14 @@ def check_self_attention_backward(student_backward, seed: int = 0) -> dict:
             return []
 
         return grade(f"self_attention_backward ({describe(attn_cfg)})", student, reference, numeric,
-                     hints=hints, announce=False)
+                     hints=hints, announce=False,
+                     hint="undo the forward in reverse: the output projection's dense, the merge of the heads, the "
+                          "attention core, the split into [q | k | v] and heads, the qkv dense")
 
     return _over_configs("self_attention_backward", [RELU_OVER_L, SOFTMAX], check_one)
 
 
+@checker
 def check_block_backward(student_backward, seed: int = 0) -> dict:
     """student_backward(dout, cache, cfg) -> (dx, grads) for one pre-LN block, cache from
     model.block_forward(x, params, cfg): x + attn(LN1(x)), then + mlp(LN2(x)); grads shaped like the block's

@@ -17,12 +17,17 @@ import numpy as np
 
 from ..config import AttentionConfig
 from ..numpy_backend import multihead_attention
-from .feedback import ExerciseFailed, call_student, diagnose, passed, report
+from .feedback import ExerciseFailed, call_student, checker, diagnose, passed, report
 
 BLOCK_SIZES = (4, 3, 1, 10, 16)  # with L = 10 keys: divides, does not divide, one key, all keys, more than L
 KINDS = {"relu": AttentionConfig(kind="relu", alpha=1.0), "softmax": AttentionConfig(kind="softmax")}
 MEMORY_SHAPE = (256, 4096, 16)  # T, L, Dh of the memory check: the T x L scores would take 8 MiB in float64
 MEMORY_BLOCK = 64
+
+
+HINTS = {"relu": "out = the sum over key blocks b of relu(q k_b^T / sqrt(Dh)) v_b, divided once by the total L",
+         "softmax": "keep for each query a running maximum m, normaliser z and unnormalised output a; at each "
+                    "block rescale z and a by e^(m_old - m_new), add the block's terms; return a / z at the end"}
 
 
 def full_attention(q, k, v, kind: str):
@@ -107,7 +112,7 @@ def _check_blocked(exercise: str, student, kind: str, seed: int) -> None:
             factors["L: the factor 1/L is missing"] = float(k.shape[-2])
         problems.append(diagnose(f"block_size={block_size} (T = 7 queries, L = 10 keys)", got, expected,
                                  factors=factors, mistakes=mistakes))
-    report(exercise, problems)
+    report(exercise, problems, HINTS[kind])
     if kind == "softmax":  # sharp float32 scores: e^s overflows unless a maximum is subtracted first
         sharp = [x.astype(np.float32) for x in (30.0 * q, k, v)]
         expected = full_attention(*(x.astype(np.float64) for x in sharp), kind)
@@ -134,11 +139,13 @@ def _check_blocked(exercise: str, student, kind: str, seed: int) -> None:
                      f"T x L scores alone would take {dense_bytes / 2 ** 20:.0f} MiB)")
 
 
+@checker
 def check_blocked_relu_attention(student_attention, seed: int = 0) -> None:
     """student_attention(q, k, v, block_size) -> relu / L attention (..., T, Dh), one key block at a time."""
     _check_blocked("blocked_relu_attention", student_attention, "relu", seed)
 
 
+@checker
 def check_online_softmax_attention(student_attention, seed: int = 0) -> None:
     """student_attention(q, k, v, block_size) -> softmax attention (..., T, Dh) by the online softmax."""
     _check_blocked("online_softmax_attention", student_attention, "softmax", seed)

@@ -3,43 +3,109 @@
     diagnose(what, got, expected, factors=..., mistakes=...)   None when right, else one line saying how
                                                                  it is wrong (shape, sign, factor, ...)
     call_student(function, name, *args)                        runs the student's code; a blank left in
-                                                                 place becomes an ExerciseFailed
-    report(exercise, problems) / passed(exercise, detail)      raise with every problem, or print a tick
+                                                                 place, an error in it, or reluattn's own
+                                                                 function in its place becomes an
+                                                                 ExerciseFailed
+    report(exercise, problems, hint) / passed(exercise, detail)  raise with every problem, or print a tick
+    checker                                                    decorator of every public checker: a failure
+                                                                 is one short message, with no traceback
+                                                                 through the grader
+
+A message the grader cannot explain (no known slip, factor or shape matches) is an `Unrecognised` string;
+`report` then adds the exercise's hint, which says what to re-derive.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
+import sysconfig
+import traceback
+from pathlib import Path
 
 import numpy as np
 
 from .finite_differences import relative_error
+from .refusal import refused, watching
 
 TOLERANCE = 1e-6  # relative error allowed against the float64 reference
+PACKAGE = Path(__file__).resolve().parents[1]  # reluattn/
 
 
 class ExerciseFailed(AssertionError):
     """A student's answer is wrong; the message says how."""
 
+    def _render_traceback_(self) -> list:
+        """What IPython and Jupyter show for it: the message alone, without a traceback."""
+        return [f"\x1b[0;31m{type(self).__name__}\x1b[0m: {self}"]
+
+
+class Unrecognised(str):
+    """A diagnosis that names no known mistake (the exercise's hint is added to it)."""
+
+
+def _where(error: BaseException) -> str:
+    """' (in f, line 3: `x = a @ b`)' for the innermost frame of the student's code (not of reluattn or an
+    installed library), without file paths."""
+    libraries = [Path(path).resolve() for path in {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["stdlib"]}]
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__)
+              if not any(Path(frame.filename).resolve().is_relative_to(root) for root in [PACKAGE, *libraries])]
+    if not frames:
+        return ""
+    frame = frames[-1]
+    line = f": `{frame.line.strip()}`" if frame.line else ""
+    return f" (in {frame.name}, line {frame.lineno}{line})"
+
+
+def _refuse_if_called(name: str, watch) -> None:
+    if watch.used:
+        raise ExerciseFailed(f"{name}: your function calls reluattn's implementation ({watch.used}); the exercise "
+                             f"is to write it yourself")
+
 
 def call_student(function, name: str, *args):
     """function(*args) on private copies of the arguments (so a function that writes into a cache cannot
-    spoil the reference), turning the usual signs of an unfinished exercise into ExerciseFailed."""
+    spoil the reference), turning the usual signs of an unfinished exercise, and reluattn's own answer passed
+    or called in its place, into ExerciseFailed."""
     if not callable(function):
         raise ExerciseFailed(f"{name}: expected a function, got {type(function).__name__}")
+    own = refused(name, function)
+    if own:
+        raise ExerciseFailed(f"{name}: you passed reluattn's implementation ({own}); the exercise is to write it "
+                             f"yourself — pass your own function")
+    watch = watching(name)
     try:
-        result = function(*copy.deepcopy(args))
-    except NotImplementedError as error:
-        raise ExerciseFailed(f"{name} is not written yet: it (or a function it calls) raised NotImplementedError "
-                             f"({error}). Replace the `raise NotImplementedError` line with your code.") from error
+        with watch:
+            result = function(*copy.deepcopy(args))
     except ExerciseFailed:
         raise
     except Exception as error:
-        raise ExerciseFailed(f"{name} raised {type(error).__name__}: {error} (the traceback above shows the line)") \
-            from error
+        _refuse_if_called(name, watch)
+        if isinstance(error, NotImplementedError):
+            raise ExerciseFailed(f"{name} is not written yet: it (or a function it calls) raised NotImplementedError "
+                                 f"({error}). Replace the `raise NotImplementedError` line with your code.") from None
+        shapes = isinstance(error, ValueError) and ("shape" in str(error) or "matmul" in str(error))
+        advice = (" — the shapes of a product or a broadcast do not fit: check which factor needs a transpose and "
+                  "which axis a sum runs over") if shapes else ""
+        raise ExerciseFailed(f"{name} raised {type(error).__name__}: {error}{_where(error)}{advice}") from None
+    _refuse_if_called(name, watch)
     if result is None or result is Ellipsis:
         raise ExerciseFailed(f"{name} returned {result!r}: a `...` or a missing `return` is still in it")
     return result
+
+
+def checker(function):
+    """Decorator of a public checker: an ExerciseFailed raised anywhere inside it is raised again from here,
+    without its chain of grader frames (Jupyter shows it as its message alone, see ExerciseFailed)."""
+    @functools.wraps(function)
+    def run(*args, **kwargs):
+        __tracebackhide__ = True  # pytest hides this frame
+        try:
+            return function(*args, **kwargs)
+        except ExerciseFailed as failure:
+            message = str(failure)
+        raise ExerciseFailed(message)
+    return run
 
 
 def _named_factor(ratio: float, factors: dict) -> str:
@@ -81,14 +147,15 @@ def diagnose(what: str, got, expected, *, factors: dict | None = None, mistakes:
         if relative_error(got, ratio * expected) <= tolerance:
             if abs(ratio + 1.0) < 1e-6:
                 return f"{what} has the wrong sign: every entry is the negative of the right one"
-            return (f"{what} is off by a constant factor: it is {ratio:.6g} times the right answer"
-                    f"{_named_factor(ratio, factors or {})}")
+            named = _named_factor(ratio, factors or {})
+            message = f"{what} is off by a constant factor: it is {ratio:.6g} times the right answer{named}"
+            return message if named else Unrecognised(message)
     worst = np.unravel_index(np.argmax(np.abs(got - expected)), got.shape) if got.ndim else ()
     scale = max(float(np.max(np.abs(expected))), 1e-300)
     wrong_entries = int(np.sum(np.abs(got - expected) > tolerance * scale))
     where = f" at index {tuple(int(i) for i in worst)}" if got.ndim else ""
-    return (f"{what} is wrong (relative error {relative_error(got, expected):.2g}; {wrong_entries} of {got.size} "
-            f"entries differ); e.g.{where} got {got[worst]:.6g}, expected {expected[worst]:.6g}")
+    return Unrecognised(f"{what} is wrong (relative error {relative_error(got, expected):.2g}; {wrong_entries} of "
+                        f"{got.size} entries differ); e.g.{where} got {got[worst]:.6g}, expected {expected[worst]:.6g}")
 
 
 def _shape_hint(got: tuple, expected: tuple) -> str:
@@ -104,11 +171,14 @@ def _shape_hint(got: tuple, expected: tuple) -> str:
     return ""
 
 
-def report(exercise: str, problems: list) -> None:
-    """Raise ExerciseFailed listing every problem (nothing when the list is empty)."""
+def report(exercise: str, problems: list, hint: str | None = None) -> None:
+    """Raise ExerciseFailed listing every problem (nothing when the list is empty); when one of them names
+    no known mistake, `hint` (what to re-derive or look at) follows the list."""
     problems = [problem for problem in problems if problem]
     if problems:
         lines = "\n".join(f"  - {problem}" for problem in problems)
+        if hint and any(isinstance(problem, Unrecognised) for problem in problems):
+            lines += f"\n  hint: {hint}"
         raise ExerciseFailed(f"{exercise}: {len(problems)} problem{'s' if len(problems) > 1 else ''}\n{lines}")
 
 

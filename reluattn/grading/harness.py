@@ -33,12 +33,13 @@ def verified_numeric(loss, arrays: dict, reference: dict, what: str) -> dict:
 
 
 def grade(exercise: str, student: dict, reference: dict, numeric: dict, *, factors=None, mistakes=None,
-          hints=None, announce: bool = True) -> dict:
+          hints=None, hint: str | None = None, announce: bool = True) -> dict:
     """Compare the student's named arrays with the reference ones; raise ExerciseFailed listing every
     problem, or print a tick and return {name: relative error against finite differences}.
 
     mistakes: {name: {message: wrong array}} known wrong answers for one output
     hints:    callable(set of wrong names) -> list of extra lines (e.g. which branch of a block is off)
+    hint:     what to re-derive, shown when a problem names no known mistake
     """
     problems = []
     for name in student:
@@ -56,7 +57,7 @@ def grade(exercise: str, student: dict, reference: dict, numeric: dict, *, facto
             wrong.add(name)
     if wrong and hints is not None:
         problems += hints(wrong)
-    report(exercise, problems)
+    report(exercise, problems, hint)
     errors = {name: relative_error(student[name], numeric[name]) for name in numeric}
     if announce:
         names = list(reference)

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..config import AttentionConfig
 from ..numpy_backend import multihead_attention
-from .feedback import ExerciseFailed, call_student, diagnose, passed, report
+from .feedback import ExerciseFailed, call_student, checker, diagnose, passed, report
 from .finite_differences import TOLERANCE
 from .harness import avoid_kinks, verified_numeric
 
@@ -63,6 +63,7 @@ def _precision_note(tolerances) -> str:
     return " in float64"
 
 
+@checker
 def check_relu_attention(student_attention, seed: int = 0) -> None:
     """student_attention(q, k, v, alpha) -> (B, T, H, Dh) for q (B, T, H, Dh), k, v (B, L, H, Dh)."""
     q, k, v = _draw(seed)
@@ -88,12 +89,24 @@ def check_relu_attention(student_attention, seed: int = 0) -> None:
         }
         problems.append(diagnose(f"relu_attention(..., alpha={alpha:g})", got, expected, factors=factors,
                                  mistakes=mistakes, tolerance=tolerance))
-    report("relu_attention", problems)
+    report("relu_attention", problems, "scores = einsum('bqhd,bkhd->bhqk', q, k) / sqrt(Dh); weights = L^-alpha "
+                                       "relu(scores) with L = k.shape[1]; the output sums weights times v over the keys "
+                                       "and comes back tokens first, (B, T, H, Dh)")
     passed("relu_attention", f"agrees with the NumPy backend's attention for alpha = "
                              f"{', '.join(f'{a:g}' for a in ALPHAS)} (T = {num_queries} queries, L = {num_keys} "
                              f"keys){_precision_note(tolerances)}")
 
 
+def reference_gradients(q, k, v, dout, alpha) -> dict:
+    """{"dq", "dk", "dv"} of sum(dout * attention(q, k, v)), tokens first, by the NumPy backward."""
+    attn_cfg = AttentionConfig(kind="relu", alpha=alpha)
+    _, _, cache = multihead_attention.heads_attention_forward(*(x.transpose(TO_HEADS_FIRST) for x in (q, k, v)),
+                                                              attn_cfg)
+    backward = multihead_attention.heads_attention_backward(dout.transpose(TO_HEADS_FIRST), cache, attn_cfg)
+    return {name: grad.transpose(TO_HEADS_FIRST) for name, grad in zip(("dq", "dk", "dv"), backward)}
+
+
+@checker
 def check_attention_vjp(student_vjp, seed: int = 0) -> None:
     """student_vjp(q, k, v, dout, alpha) -> (dq, dk, dv), the gradients of sum(dout * attention(q, k, v))."""
     q, k, v = _draw(seed)
@@ -101,11 +114,7 @@ def check_attention_vjp(student_vjp, seed: int = 0) -> None:
     names = ("dq", "dk", "dv")
     problems, tolerances = [], []
     for alpha in ALPHAS:
-        attn_cfg = AttentionConfig(kind="relu", alpha=alpha)
-        heads_first = [x.transpose(TO_HEADS_FIRST) for x in (q, k, v)]
-        _, _, cache = multihead_attention.heads_attention_forward(*heads_first, attn_cfg)
-        backward = multihead_attention.heads_attention_backward(dout.transpose(TO_HEADS_FIRST), cache, attn_cfg)
-        reference = {name: grad.transpose(TO_HEADS_FIRST) for name, grad in zip(names, backward)}
+        reference = reference_gradients(q, k, v, dout, alpha)
         verified_numeric(lambda: float(np.sum(reference_attention(q, k, v, alpha) * dout)),
                          dict(zip(names, (q, k, v))), reference, "attention backward")
         result = call_student(student_vjp, "attention_vjp", q, k, v, dout, alpha)
@@ -113,16 +122,18 @@ def check_attention_vjp(student_vjp, seed: int = 0) -> None:
             kind = type(result).__name__ + (f" of length {len(result)}" if isinstance(result, (tuple, list)) else "")
             raise ExerciseFailed(f"attention_vjp should return three arrays (dq, dk, dv); got a {kind}. "
                                  f"The pullback of jax.vjp returns one gradient per input of the function.")
-        # What jax.grad of sum(out) gives: the pullback called with ones instead of dout.
-        of_the_sum = multihead_attention.heads_attention_backward(np.ones_like(backward[0]), cache, attn_cfg)
-        for name, got, ignored_dout in zip(names, result, of_the_sum):
+        of_the_sum = reference_gradients(q, k, v, np.ones_like(dout), alpha)  # what jax.grad of sum(out) gives
+        for name, got in zip(names, result):
             got, tolerance = _as_float_array(f"{name} (alpha={alpha:g})", got)
             tolerances.append(tolerance)
             mistakes = {"that is the gradient of sum(out): the pullback must be called with dout, not with ones":
-                        ignored_dout.transpose(TO_HEADS_FIRST)}
+                        of_the_sum[name],
+                        "alpha is ignored (the gradient of the alpha = 1 attention): pass alpha into the function "
+                        "that jax.vjp differentiates": reference_gradients(q, k, v, dout, 1.0)[name]}
             problems.append(diagnose(f"{name} (alpha={alpha:g})", got, reference[name], mistakes=mistakes,
                                      tolerance=tolerance))
-    report("attention_vjp", problems)
+    report("attention_vjp", problems, "out, pullback = jax.vjp(f, q, k, v) with f(q, k, v) your relu attention at "
+                                      "this alpha; pullback(dout) is (dq, dk, dv)")
     passed("attention_vjp", f"dq, dk, dv agree with the NumPy backend's hand-written backward and with finite "
                             f"differences for alpha = {', '.join(f'{a:g}' for a in ALPHAS)}"
                             f"{_precision_note(tolerances)}")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..numpy_backend import layers
-from .feedback import call_student, diagnose, passed, report
+from .feedback import call_student, checker, diagnose, passed, report
 
 MEMORY_ACTIVATIONS = ("relu", "softmax", "softmax_ln")
 
@@ -47,6 +47,7 @@ def top_share(weights, fraction):
     return np.divide(largest.sum(axis=-1), total, out=np.zeros_like(total), where=total > 0)  # (...,)
 
 
+@checker
 def check_memory_read(student_read, seed: int = 0) -> None:
     """student_read(x, keys, values, activation) -> (B, E) for activation in relu, softmax, softmax_ln."""
     rng = np.random.default_rng(seed)
@@ -69,10 +70,12 @@ def check_memory_read(student_read, seed: int = 0) -> None:
             "relu went on the read instead of on the scores: relu(x keys) values": np.maximum(scores @ values, 0),
         }
         problems.append(diagnose(f"memory_read(..., {activation!r})", got, expected, mistakes=mistakes))
-    report("memory_read", problems)
+    report("memory_read", problems, "scores = x @ keys (B, M); weights relu(scores) or the softmax over the M slots; "
+                                    "the read is weights @ values (B, E); softmax_ln adds a LayerNorm of the read over E")
     passed("memory_read", f"right for {', '.join(MEMORY_ACTIVATIONS)}")
 
 
+@checker
 def check_top_share(student_share, seed: int = 0) -> None:
     """student_share(weights, fraction) -> (...,) shares, for relu-like weights (zeros included) and
     several fractions."""
@@ -90,6 +93,8 @@ def check_top_share(student_share, seed: int = 0) -> None:
             "those are the smallest weights, not the largest": ordered[..., :count].sum(-1) / total,
             f"that takes {count + 1} slots; the top {fraction:g} of M = 1000 slots is "
             f"max(1, round({fraction:g} * M)) = {count}": ordered[..., -(count + 1):].sum(-1) / total,
+            "that is the share of the slots, not of the weight: sum the largest weights themselves":
+                np.full(weights.shape[:-1], count / weights.shape[-1]),
         }
         got = call_student(student_share, "top_share", weights, fraction)
         if np.shape(got) == expected.shape and not np.isfinite(np.asarray(got, dtype=np.float64)[0, 0]):
@@ -97,5 +102,6 @@ def check_top_share(student_share, seed: int = 0) -> None:
                             f"such a row has no mass to share: return 0 for it (np.divide with where=total > 0)")
             continue
         problems.append(diagnose(f"top_share(weights, {fraction:g})", got, expected, mistakes=mistakes))
-    report("top_share", problems)
+    report("top_share", problems, "per row: the sum of its k = max(1, round(fraction * M)) largest weights, divided by "
+                                  "the row's total weight")
     passed("top_share", "right for fractions 0.002, 0.01 and 0.1 of M = 1000 slots")

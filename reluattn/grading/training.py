@@ -6,7 +6,7 @@ References:
     attention_rollout(attention)            list of (H, T, T) weights, one per block -> (T, T):
         R = prod over blocks (first block rightmost) of 0.5 * A + 0.5 * I, with A the block's head-averaged
         |weights|, each row normalised to sum 1 (a row of zeros stays zero). This is what
-        `reluattn.plots.attention_rollout` computes (Abnar & Zuidema 2020, made safe for point-wise kinds).
+        `reluattn.training.plots.attention_rollout` computes (Abnar & Zuidema 2020, made safe for point-wise kinds).
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import math
 
 import numpy as np
 
-from .feedback import ExerciseFailed, call_student, diagnose, passed, report
+from ..training.plots import attention_rollout  # the reference answer the checker compares with
+from .feedback import ExerciseFailed, call_student, checker, diagnose, passed, report
 
 
 def accuracy_standard_error(accuracy, n):
@@ -23,18 +24,7 @@ def accuracy_standard_error(accuracy, n):
     return math.sqrt(accuracy * (1.0 - accuracy) / n)
 
 
-def attention_rollout(attention):
-    """Attention rollout (see the module docstring); attention: list of (H, T, T) -> (T, T)."""
-    tokens = attention[0].shape[-1]
-    rollout = np.eye(tokens)  # (T, T)
-    for weights in attention:
-        average = np.abs(np.asarray(weights, dtype=np.float64)).mean(axis=0)  # (T, T)
-        sums = average.sum(axis=-1, keepdims=True)  # (T, 1)
-        average = np.divide(average, sums, out=np.zeros_like(average), where=sums > 0)  # (T, T)
-        rollout = (0.5 * average + 0.5 * np.eye(tokens)) @ rollout  # (T, T)
-    return rollout
-
-
+@checker
 def check_accuracy_standard_error(student_error) -> None:
     """student_error(accuracy, n) -> the standard error of the accuracy, for several accuracies and n."""
     cases = [(0.4, 2000), (0.9, 500), (0.5, 10000), (0.123, 777), (0.0, 100), (1.0, 100)]
@@ -54,9 +44,14 @@ def check_accuracy_standard_error(student_error) -> None:
         "that is the standard deviation of one image's result, sqrt(p (1 - p)); divide by n inside the root":
             np.sqrt(p * (1 - p)),
         "divide by n, not n - 1: the binomial variance of the count is n p (1 - p)": np.sqrt(p * (1 - p) / (n - 1)),
+        "that is in percentage points; return a fraction, like the accuracy": 100 * np.sqrt(p * (1 - p) / n),
+        "that is sqrt(p / n) for the error rate, sqrt((1 - p) / n); the binomial variance has both p and 1 - p":
+            np.sqrt((1 - p) / n),
     }
     report("accuracy_standard_error", [diagnose("accuracy_standard_error over (accuracy, n) cases", np.array(got),
-                                                expected, mistakes=mistakes)])
+                                                expected, mistakes=mistakes)],
+           "the number right out of n is binomial(n, p), with variance n p (1 - p); the accuracy is that count "
+           "divided by n")
     passed("accuracy_standard_error", "sqrt(p (1 - p) / n) for every case, 0 at p = 0 and p = 1")
 
 
@@ -85,12 +80,17 @@ def _rollout_mistakes(attention) -> dict:
         "(rollout = (0.5 A + 0.5 I) @ rollout)": product(normalised, reverse=True),
         "the rows were not normalised: relu / L rows do not sum to 1; normalise each row of |A| to sum 1 first":
             product([np.abs(weights).mean(axis=0) for weights in attention]),
+        "each head's rows were normalised before averaging over heads; average |weights| over the heads first, "
+        "then normalise the rows": product([np.mean([np.divide(a, a.sum(-1, keepdims=True), out=np.zeros_like(a),
+                                                               where=a.sum(-1, keepdims=True) > 0)
+                                                     for a in np.abs(weights)], axis=0) for weights in attention]),
         "take the absolute value of the weights before normalising: some kinds (gelu, identity) give negative "
         "weights": product([np.divide(a, a.sum(-1, keepdims=True), out=np.zeros_like(a),
                                       where=a.sum(-1, keepdims=True) != 0) for a in raw]),
     }
 
 
+@checker
 def check_attention_rollout(student_rollout, seed: int = 0) -> None:
     """student_rollout(attention) -> (T, T) for attention a list of (H, T, T) arrays, one per block; graded
     on softmax-like, relu-like (with a row of zeros) and signed (identity-like) weights."""
@@ -110,6 +110,8 @@ def check_attention_rollout(student_rollout, seed: int = 0) -> None:
                             f"rows at zero (np.divide with where=sums > 0)")
             continue
         problems.append(diagnose(name, got, attention_rollout(attention), mistakes=_rollout_mistakes(attention)))
-    report("attention_rollout", problems)
+    report("attention_rollout", problems, "A = each block's |weights| averaged over heads, rows normalised to sum 1 "
+                                          "(rows of zeros stay zero); multiply the mixings 0.5 A + 0.5 I with the first "
+                                          "block rightmost")
     passed("attention_rollout", "right for softmax, relu / L (with a row of zeros) and signed weights, "
                                 f"{depth} blocks of {heads} heads")

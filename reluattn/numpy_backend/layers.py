@@ -3,7 +3,7 @@
     out, cache = name_forward(x, ...)       cache: a NamedTuple of arrays, nothing else
     dx, grads  = name_backward(dout, cache) grads: a dict shaped like the layer's parameters
 
-Every backward is checked against finite differences in tests/test_numpy_layers.py.
+Every backward is checked against finite differences in tests/numpy_backend/test_numpy_layers.py.
 """
 
 from __future__ import annotations

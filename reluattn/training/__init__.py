@@ -15,6 +15,9 @@
     resume.py      what --resume checks: saved configuration, data fingerprint, state.json, finite arrays
     evaluation.py  scoring a checkpoint (`evaluate`) and its attention maps (`attention`)
     plots.py       training curves and attention-map figures
+    experiments.py the reproduction study's named grids of runs (`reluattn sweep EXPERIMENT`)
+    sweep.py       running a grid, resumably, one `reluattn train` process per cell and seed
+    report.py      a sweep's table (CSV, JSON) from its run directories; report_figures.py its figures
 
 Importing this package (or loop.py) does not import JAX; `train()` does, when it starts.
 """

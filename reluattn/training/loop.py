@@ -156,7 +156,7 @@ class _Loop:
         return self.elapsed_before + time.perf_counter() - self.started
 
     def run(self, start: int, total: int, steps_per_epoch: int) -> TrainResult:
-        from tqdm.auto import tqdm
+        from ..progress import tqdm
         config = self.config
         self.steps_per_epoch = steps_per_epoch
         eval_every = config.eval_every or steps_per_epoch

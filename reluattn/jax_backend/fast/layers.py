@@ -5,7 +5,7 @@ Why (docs/performance.md, "The ViT training step on CPU" > "What made it faster"
 autodiff of their formulas saves several full-size intermediates for the backward pass (five (B, T, M)
 arrays for the tanh GELU) and walks them again; with these rules it saves one (and one per row for
 LayerNorm), and the backward is one fused element-wise pass. The values are those of the plain functions
-in ../layers.py (tests/test_jax_vs_numpy.py checks both paths against the NumPy backend).
+in ../layers.py (tests/parity/test_jax_vs_numpy.py checks both paths against the NumPy backend).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 checker, and every reference solution (the tutorial's code) passes it.
 
 Only the notebooks' function definitions are run here (with their imports and the setup cell), not the
-notebooks themselves: tests/test_tutorials.py runs the tutorials, and a student notebook stops at its first
+notebooks themselves: tests/tutorials/test_tutorials.py runs the tutorials, and a student notebook stops at its first
 blank by design.
 """
 
@@ -18,7 +18,7 @@ import pytest
 
 from reluattn import grading
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("make_exercises", ROOT / "tutorials" / "make_exercises.py")
 make_exercises = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(make_exercises)
@@ -29,7 +29,8 @@ TUTORIALS = make_exercises.tutorial_paths()
 def definitions(path: Path) -> dict:
     """Run a notebook's first code cell (its setup), then only the imports and (undecorated) function
     definitions of the other code cells, in order; return the resulting namespace."""
-    cells = [cell.source for cell in nbformat.read(path, as_version=4).cells if cell.cell_type == "code"]
+    cells = [cell.source for cell in nbformat.read(path, as_version=4).cells
+             if cell.cell_type == "code" and cell.get("id") != "install-reluattn"]
     namespace: dict = {"__name__": "notebook"}
     exec(compile(cells[0], f"{path.name}[setup]", "exec"), namespace)
     for index, source in enumerate(cells[1:], 1):
@@ -76,11 +77,35 @@ def test_every_tutorial_with_exercises_is_covered():
 
 def test_student_notebooks_hold_no_solution():
     for path in TUTORIALS:
+        tutorial = nbformat.read(path, as_version=4)
         student = nbformat.read(make_exercises.EXERCISES / path.name, as_version=4)
         text = "\n".join(cell.source for cell in student.cells)
         assert make_exercises.BEGIN not in text and make_exercises.END not in text
-        assert text.count(make_exercises.BLANK) == sum(
-            cell.source.count(make_exercises.BEGIN) for cell in nbformat.read(path, as_version=4).cells)
+        assert make_exercises.BEGIN_ANSWER not in text and make_exercises.END_ANSWER not in text
+        assert text.count(make_exercises.BLANK) == sum(cell.source.count(make_exercises.BEGIN) for cell in tutorial.cells)
+        hidden = make_exercises.hidden_lines(path)
+        assert hidden, f"{path.name} marks nothing"
+        leaked = [line for line in hidden if line in text]
+        assert not leaked, f"{path.name}: the student version holds {leaked}"
+        assert "](../" not in text and "solution" not in text.lower(), "a link out of the exercises folder"
+
+
+def test_student_notebooks_hold_no_reference_body():
+    bodies = make_exercises.reference_lines()
+    assert len(bodies) > 20  # the refused functions were found
+    for path in TUTORIALS:
+        text = (make_exercises.EXERCISES / path.name).read_text(encoding="utf-8")
+        text = "\n".join(cell.source for cell in nbformat.reads(text, as_version=4).cells)
+        leaked = [line for line in bodies if line in text]
+        assert not leaked, f"{path.name} holds reluattn's own answer: {leaked}"
+
+
+def test_student_notebooks_hide_the_marked_formulas():
+    student = nbformat.read(make_exercises.EXERCISES / "02_backprop_by_hand.ipynb", as_version=4)
+    text = "\n".join(cell.source for cell in student.cells)
+    assert text.count(make_exercises.DERIVE) == 7
+    assert "\\operatorname{mean}(\\mathrm{d}\\hat x \\odot \\hat x)" not in text
+    assert "\\frac{\\partial r}{\\partial x_j}" in text  # the derivation's steps stay
 
 
 @pytest.mark.parametrize("path, name", EXERCISES, ids=IDS)
@@ -110,3 +135,7 @@ def test_blank_out_keeps_indentation_and_rejects_unbalanced_markers():
         make_exercises.blank_out("    # BEGIN SOLUTION\n    x = 1\n")
     with pytest.raises(ValueError, match="without"):
         make_exercises.blank_out("x = 1\n# END SOLUTION\n")
+    shown = make_exercises.hide_answers(f"steps\n{make_exercises.BEGIN_ANSWER}\n$$x = 1$$\n{make_exercises.END_ANSWER}\nmore")
+    assert shown == f"steps\n{make_exercises.DERIVE}\nmore"
+    with pytest.raises(ValueError, match="without"):
+        make_exercises.hide_answers(f"{make_exercises.BEGIN_ANSWER}\n$$x$$")

@@ -11,7 +11,7 @@ from reluattn.cli import build_parser, train_config_from_args
 from reluattn.training.config import TrainConfig, config_differences, train_config_from_dict
 from reluattn.training.presets import PRESETS, get_preset
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))

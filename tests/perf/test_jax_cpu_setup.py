@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 REPORT = ("import json, reluattn.jax_backend; from reluattn.jax_backend.fast import cpu_setup; "
           "print(json.dumps(cpu_setup.configure()))")
 glibc_linux = pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",

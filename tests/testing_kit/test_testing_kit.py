@@ -21,7 +21,7 @@ import reluattn.testing as rt
 from reluattn.jax_backend.fast.pallas_attention import KINDS as PALLAS_KINDS
 from reluattn.jax_backend.fast.pallas_attention import pallas_attention
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 jb, nb = ra.backend("jax"), ra.backend("numpy")
 
 

@@ -401,7 +401,7 @@ def test_class_names_differing_only_in_case_warn(tmp_path, container):
 
 # ------------------------------------------------------------------------------------- the shared zip
 
-SHARED_ZIP = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "cifar10-train.zip"
+SHARED_ZIP = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "cifar10-train.zip"
 ENVIRONMENT_DATA = os.environ.get("RELUATTN_DATA")  # read before the fixture hides it from load_dataset
 CIFAR10_ORDER = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 

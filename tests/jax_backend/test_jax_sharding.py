@@ -14,7 +14,7 @@ import pytest
 
 import reluattn as ra
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 SCRIPT = textwrap.dedent("""
     import json, sys

@@ -17,7 +17,7 @@ from reluattn.training.config import TrainConfig
 from reluattn.training.engine import Engine, JaxEngine, NumpyEngine, backend_options, make_engine
 from reluattn.training.presets import PRESETS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MEMBERS = {name for name in vars(Engine) if not name.startswith("_")} | set(Engine.__annotations__)
 
 

@@ -1,0 +1,162 @@
+"""A sweep's report, rebuilt from its run directories alone: results.csv / results.json and one figure.
+
+    reluattn sweep EXPERIMENT --report --out DIR      (also written at the end of every sweep)
+
+One row per run (cell x seed): the cell's grid coordinates, seed, best and final validation accuracy,
+few-shot accuracy (when measured), training FLOPs, wall time, machine, attention statistics and learned
+alphas (when the run logged them), and the run's full config (JSON only). Figures show the mean over
+seeds with error bars of one standard deviation; softmax is drawn as a reference line with its band.
+`compare` is the test the verdicts on docs/reproduction.md use: a difference counts when it exceeds twice
+its standard error (Welch: sqrt(s1^2/n1 + s2^2/n2), s the seed-to-seed standard deviation).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from .experiments import EXPERIMENTS, cells_of
+
+LABEL_COLUMNS = ("tokens", "kind", "alpha", "method", "dim", "depth", "qk_norm", "gated", "activation",
+                 "mlp_dim", "alpha_start")
+VALUE_COLUMNS = ("best_val_accuracy", "final_val_accuracy", "fewshot_accuracy", "train_flops", "wall_time_s",
+                 "attention_entropy_ratio", "attention_zero_fraction", "attention_top_share",
+                 "attention_row_sum_mean", "learned_alpha_mean", "learned_alpha_min", "learned_alpha_max")
+COLUMNS = ("experiment", "cell", "seed", "status", *LABEL_COLUMNS, *VALUE_COLUMNS, "machine")
+RUN_SPECIFIC_COLUMNS = ("wall_time_s", "machine")  # what may differ between two sweeps that computed the same
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _latest_checkpoint(run_dir: Path) -> Path | None:
+    try:
+        return run_dir / "checkpoints" / (run_dir / "checkpoints" / "LATEST").read_text().strip()
+    except OSError:
+        return None
+
+
+def _last_attention_statistics(run_dir: Path) -> dict:
+    """The attention statistics of the last validation that logged them (means over blocks)."""
+    statistics = {}
+    try:
+        lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    except OSError:
+        return statistics
+    for line in reversed(lines):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        stats = record.get("attention")
+        if record.get("split") == "val" and isinstance(stats, dict):
+            for key in ("entropy_ratio", "zero_fraction", "top_share", "row_sum_mean"):
+                if key in stats:
+                    statistics[f"attention_{key}"] = float(np.mean(stats[key]))
+            break
+    return statistics
+
+
+def _learned_alphas(checkpoint: Path | None) -> dict:
+    """Mean, min and max of every learned alpha (blocks/*/attn/length/alpha) in the final parameters."""
+    if checkpoint is None or not (checkpoint / "params.npz").is_file():
+        return {}
+    with np.load(checkpoint / "params.npz", allow_pickle=False) as arrays:
+        alphas = [arrays[key].ravel() for key in arrays.files if key.endswith("length/alpha")]
+    if not alphas:
+        return {}
+    values = np.concatenate(alphas)
+    return {"learned_alpha_mean": float(values.mean()), "learned_alpha_min": float(values.min()),
+            "learned_alpha_max": float(values.max())}
+
+
+def _train_flops(summary: dict, config: dict | None) -> float | None:
+    if summary.get("train_flops") is not None:
+        return float(summary["train_flops"])
+    if not config:
+        return None
+    from ..config import ViTConfig
+    model = ViTConfig.from_dict(config["model"])
+    return model.flops_per_image() * config["batch_size"] * config["optimizer"]["total_steps"]
+
+
+def collect_rows(experiment: str, out) -> list[dict]:
+    """One row per run directory of the sweep in `out` that has a cell record."""
+    out = Path(out)
+    rows = []
+    for record_path in sorted(out.glob("*/seed*/cell.json")):
+        record = _read_json(record_path)
+        if not record or record.get("experiment") != experiment:
+            continue
+        run_dir = record_path.parent
+        summary = _read_json(run_dir / "summary.json") or {}
+        checkpoint = _latest_checkpoint(run_dir)
+        # A finished cell keeps a copy of its config beside the logs (what docs/run-logs/ commits).
+        config = _read_json(run_dir / "config.json") or (_read_json(checkpoint / "config.json") if checkpoint else None)
+        fewshot = _read_json(run_dir / "fewshot.json") or {}
+        row = {"experiment": experiment, "cell": record["cell"], "seed": record["seed"],
+               "status": record.get("status"), **record.get("labels", {}),
+               "best_val_accuracy": summary.get("best_val_accuracy"),
+               "final_val_accuracy": summary.get("final_val_accuracy"),
+               "fewshot_accuracy": fewshot.get("fewshot_accuracy"),
+               "train_flops": _train_flops(summary, config), "wall_time_s": summary.get("wall_time_s"),
+               "machine": summary.get("device") or record.get("machine"),
+               **_last_attention_statistics(run_dir), **_learned_alphas(checkpoint),
+               "command": record.get("command"), "config": config}
+        if record.get("status") == "failed":
+            row["error"] = record.get("error")
+        rows.append(row)
+    return rows
+
+
+def aggregate(rows: list[dict], value: str = "best_val_accuracy", by=None) -> dict:
+    """{cell: {"mean", "std", "n", "labels"}} over the seeds of each cell (finished runs only)."""
+    groups = {}
+    for row in rows:
+        if row.get("status") == "done" and row.get(value) is not None:
+            groups.setdefault(row["cell"], {"values": [], "labels": {k: row.get(k) for k in LABEL_COLUMNS}})
+            groups[row["cell"]]["values"].append(float(row[value]))
+    return {cell: {"mean": float(np.mean(g["values"])),
+                   "std": float(np.std(g["values"], ddof=1)) if len(g["values"]) > 1 else 0.0,
+                   "n": len(g["values"]), "labels": g["labels"]} for cell, g in groups.items()}
+
+
+def compare(a: dict, b: dict) -> dict:
+    """a - b with its Welch standard error; "resolved" when |difference| > 2 standard errors."""
+    difference = a["mean"] - b["mean"]
+    error = math.sqrt(a["std"] ** 2 / max(a["n"], 1) + b["std"] ** 2 / max(b["n"], 1))
+    return {"difference": difference, "standard_error": error,
+            "resolved": bool(abs(difference) > 2 * error and min(a["n"], b["n"]) > 1)}
+
+
+def write_report(experiment: str, out, *, scale: str | None = None) -> dict:
+    """Write results.csv, results.json and <experiment>.png into `out`; their paths."""
+    from .report_figures import FIGURES
+    out = Path(out)
+    rows = collect_rows(experiment, out)
+    expected = len(cells_of(experiment, scale)) if scale else None
+    table = out / "results.csv"
+    with open(table.with_name(".results.csv.tmp"), "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in COLUMNS})
+    table.with_name(".results.csv.tmp").replace(table)
+    summary = {"experiment": experiment, "claim": EXPERIMENTS[experiment].claim,
+               "source": EXPERIMENTS[experiment].source, "scale": scale, "cells_expected": expected,
+               "runs": len(rows), "runs_done": sum(r["status"] == "done" for r in rows),
+               "runs_failed": [r["cell"] + f"/seed{r['seed']}" for r in rows if r["status"] == "failed"],
+               "cells": aggregate(rows), "rows": rows}
+    tmp = out / ".results.json.tmp"
+    tmp.write_text(json.dumps(summary, indent=1, sort_keys=True, default=str) + "\n")
+    tmp.replace(out / "results.json")
+    figure = FIGURES[EXPERIMENTS[experiment].figure](rows, out / f"{experiment}.png", experiment)
+    return {"table": str(table), "json": str(out / "results.json"), "figure": str(figure) if figure else None}

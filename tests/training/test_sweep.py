@@ -1,0 +1,180 @@
+"""`reluattn sweep`: every cell of every experiment is a valid `reluattn train` command; a smoke sweep runs end
+to end, skips what is done, survives SIGKILL with the same table as an uninterrupted sweep, reports a failed
+cell without stopping the others, and rebuilds its report from the run directories alone."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from reluattn.cli import build_parser, train_config_from_args
+from reluattn.training import sweep as sweep_module
+from reluattn.training.experiments import EXPERIMENTS, SCALES, Cell, cells_of, train_arguments
+from reluattn.training.presets import get_preset
+from reluattn.training.report import RUN_SPECIFIC_COLUMNS, compare, write_report
+from reluattn.training.report_figures import FIGURES
+
+from train_helpers import ROOT, make_folder_dataset
+
+CELLS = ["relu-m16", "softmax-m16"]  # two cells of kv-memory at smoke scale
+
+
+@pytest.mark.parametrize("scale", SCALES)
+@pytest.mark.parametrize("experiment", sorted(EXPERIMENTS))
+def test_every_cell_is_a_valid_train_command(experiment, scale, tmp_path):
+    """Each cell's flags parse and build a valid TrainConfig (no training): a renamed flag fails here."""
+    cells = cells_of(experiment, scale)
+    assert len(cells) >= 2
+    for cell in cells:
+        args = build_parser().parse_args(["train", "--out", str(tmp_path), *train_arguments(cell, seed=1)])
+        config = train_config_from_args(args, get_preset(args.preset))
+        assert config.seed == 1
+        if "kind" in cell.labels:
+            assert config.model.attention.kind == cell.labels["kind"]
+        if cell.labels.get("alpha") is not None:
+            assert config.model.attention.alpha == cell.labels["alpha"]
+
+
+def test_alpha_sweep_grid_is_the_papers():
+    labels = [c.labels for c in cells_of("alpha-sweep", "cpu")]
+    kinds = {l["kind"] for l in labels}
+    assert kinds == {"softmax", "relu", "relu2", "gelu", "softplus", "sigmoid", "identity"}
+    assert {l["alpha"] for l in labels if l["kind"] == "relu"} == {0.0, 0.5, 1.0, 1.5, 2.0}
+    assert {l["tokens"] for l in labels} == {17, 65}
+
+
+def test_compare_uses_twice_the_welch_standard_error():
+    a = {"mean": 0.60, "std": 0.01, "n": 2}
+    b = {"mean": 0.55, "std": 0.01, "n": 2}
+    result = compare(a, b)
+    assert result["difference"] == pytest.approx(0.05)
+    assert result["standard_error"] == pytest.approx(0.01)
+    assert result["resolved"]
+    assert not compare({"mean": 0.56, "std": 0.01, "n": 2}, b)["resolved"]  # 0.01 < 2 x 0.01
+    assert not compare({**a, "n": 1}, {**b, "n": 1})["resolved"]  # one seed: no spread, no verdict
+
+
+@pytest.mark.parametrize("name", sorted(FIGURES))
+def test_each_figure_draws_from_rows(name, tmp_path):
+    rng = np.random.default_rng(0)
+    rows = []
+    for seed in range(2):
+        for kind, x in [("softmax", 1), ("relu", 1), ("relu", 2), ("relu", 4)]:
+            labels = {"kind": kind, "alpha": float(x), "tokens": 17 * x, "method": kind, "activation": kind,
+                      "mlp_dim": 16 * x, "alpha_start": float(x), "dim": 8 * x}
+            rows.append({"cell": f"{kind}-{x}", "seed": seed, "status": "done", **labels,
+                         "best_val_accuracy": rng.uniform(), "fewshot_accuracy": rng.uniform(),
+                         "train_flops": 1e9 * x, "attention_entropy_ratio": rng.uniform(),
+                         "learned_alpha_mean": rng.uniform()})
+    path = FIGURES[name](rows, tmp_path / "figure.png", name)
+    assert path.stat().st_size > 10_000  # a real PNG with axes and lines
+
+
+# ------------------------------------------------------------------------------------ end to end, smoke
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    # 390 images: the smoke scale's 256 training + 128 validation images.
+    return make_folder_dataset(tmp_path_factory.mktemp("sweep-data"), train_per_class=130, test_per_class=2)
+
+
+def _environment(cache: Path) -> dict:
+    return dict(os.environ, PYTHONPATH=str(ROOT), RELUATTN_CACHE=str(cache), MPLBACKEND="Agg")
+
+
+def _sweep(args, cache: Path, **popen):
+    command = [sys.executable, "-m", "reluattn", "sweep", *map(str, args)]
+    return subprocess.Popen(command, env=_environment(cache), cwd=str(ROOT), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, **popen)
+
+
+def _table(out: Path) -> list[dict]:
+    with open(out / "results.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    return [{k: v for k, v in row.items() if k not in RUN_SPECIFIC_COLUMNS} for row in rows]
+
+
+def test_smoke_sweep_kill_and_rerun_gives_the_uninterrupted_table(dataset, tmp_path):
+    cache = tmp_path / "cache"
+    common = ["kv-memory", "--scale", "smoke", "--seeds", "1", "--data", dataset, "--cells", *CELLS, "--no-progress"]
+
+    whole = tmp_path / "whole"
+    finished = _sweep([*common, "--out", whole], cache)
+    output = finished.communicate(timeout=600)[0]
+    assert finished.returncode == 0, output
+    assert "2 run, 0 skipped, 0 failed" in output
+    assert (whole / "kv-memory.png").stat().st_size > 10_000
+
+    # Kill the sweep (SIGKILL: no clean-up) once the second cell has saved a checkpoint but not finished.
+    killed = tmp_path / "killed"
+    process = _sweep([*common, "--out", killed], cache)
+    second = killed / CELLS[1] / "seed0"
+    deadline = time.time() + 600
+    while not (second / "checkpoints" / "LATEST").exists():
+        assert process.poll() is None, process.communicate()[0]
+        assert time.time() < deadline
+        time.sleep(0.05)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    assert json.loads((second / "cell.json").read_text())["status"] == "running"
+    time.sleep(1.0)  # the cell's trainer dies with the sweep (PR_SET_PDEATHSIG); give it a moment
+
+    rerun = _sweep([*common, "--out", killed], cache)
+    output = rerun.communicate(timeout=600)[0]
+    assert rerun.returncode == 0, output
+    assert "1 already done" in output and "1 run, 1 skipped" in output
+    log = (second / "train.log").read_text()
+    assert "resuming" in log or "already complete" in log  # continued from its checkpoint, not from scratch
+    assert _table(killed) == _table(whole)
+
+    # A third run skips everything; --report alone rebuilds the same table from the run directories.
+    again = _sweep([*common, "--out", killed], cache)
+    assert "2 already done, 0 to run" in again.communicate(timeout=600)[0]
+    (killed / "results.csv").unlink()
+    (killed / "results.json").unlink()
+    report = _sweep(["kv-memory", "--scale", "smoke", "--report", "--out", killed], cache)
+    assert report.communicate(timeout=300)[0].startswith("wrote")
+    assert _table(killed) == _table(whole)
+
+
+def test_a_failed_cell_is_reported_and_the_others_run(dataset, tmp_path, monkeypatch):
+    monkeypatch.setenv("RELUATTN_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    good = cells_of("kv-memory", "smoke")[0]
+    bad = Cell("bad-width", {"activation": "relu", "mlp_dim": 16}, {**good.flags, "--dim": 15})  # 15 % 2 heads
+    monkeypatch.setattr(sweep_module, "cells_of", lambda experiment, scale: [bad, good])
+    out = tmp_path / "sweep"
+    lines = []
+
+    class Lines:
+        def write(self, text):
+            lines.append(text)
+
+        def flush(self):
+            pass
+
+    counts = sweep_module.run_sweep("kv-memory", scale="smoke", seeds=1, out=out, data=str(dataset),
+                                    progress=False, stdout=Lines())
+    assert (counts["done"], counts["failed"]) == (1, 1)
+    record = json.loads((out / "bad-width" / "seed0" / "cell.json").read_text())
+    assert record["status"] == "failed" and record["exit_code"] != 0
+    assert "divisible" in record["error"]  # the trainer's own one-line reason
+    assert any("bad-width seed 0: failed" in line and "divisible" in line for line in lines)
+    summary = json.loads((out / "results.json").read_text())
+    assert summary["runs_failed"] == ["bad-width/seed0"] and summary["runs_done"] == 1
+    assert write_report("kv-memory", out)["figure"]
+
+
+def test_sweep_refuses_a_folder_of_another_experiment(tmp_path):
+    (tmp_path / "sweep.json").write_text(json.dumps({"experiment": "scaling", "scale": "cpu"}))
+    with pytest.raises(ValueError, match="holds the sweep scaling"):
+        sweep_module.run_sweep("kv-memory", scale="cpu", out=tmp_path, progress=False)

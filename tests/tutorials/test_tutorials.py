@@ -1,0 +1,207 @@
+"""Every tutorial notebook runs top to bottom (RELUATTN_QUICK=1) in a kernel on this interpreter, and each
+is committed without outputs. The notebooks' check cells assert their claims, so a broken claim fails here.
+The course's pages add up (minutes, keys for every further question, rubric points, the checkers' messages
+they quote), and no committed notebook or page holds an absolute path of a machine.
+
+Each notebook gets its own kernel. The kernel is this test's Python (a kernelspec written for the test and
+found first through JUPYTER_PATH), with the project root on PYTHONPATH, so it imports this checkout's
+reluattn whether or not the package is installed. The decoded-image cache is the session's private one
+(conftest.py), shared by the notebooks, so CIFAR is decoded once per test run.
+"""
+
+from __future__ import annotations
+
+import html
+import importlib.util
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+
+ROOT = Path(__file__).resolve().parents[2]
+TUTORIALS = ROOT / "tutorials"
+NOTEBOOKS = sorted(TUTORIALS.glob("[0-9][0-9]_*.ipynb"))
+CELL_TIMEOUT = 300  # seconds; a whole quick notebook takes well under a minute here
+PROBE = "import sys, reluattn; print(sys.executable); print(reluattn.__file__)"
+
+
+def test_the_tutorials_are_there():
+    expected = {"01_why_1_over_L.ipynb", "02_backprop_by_hand.ipynb", "03_same_model_in_jax.ipynb",
+                "04_training_on_cifar10.ipynb", "05_key_value_memories.ipynb", "06_parallelism.ipynb"}
+    assert expected == {path.name for path in NOTEBOOKS}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.stem)
+def test_committed_without_outputs(path):
+    notebook = nbformat.read(path, as_version=4)
+    nbformat.validate(notebook)
+    assert notebook.metadata["kernelspec"]["name"] == "python3"
+    dirty = [index for index, cell in enumerate(notebook.cells)
+             if cell.cell_type == "code" and (cell.outputs or cell.execution_count is not None)]
+    assert not dirty, f"{path.name}: cells {dirty} hold outputs; clear them before committing"
+
+
+@pytest.fixture(scope="module")
+def kernel_env(tmp_path_factory):
+    """Environment for the kernels: this interpreter as "python3", the checkout importable, quick mode."""
+    kernels = tmp_path_factory.mktemp("jupyter") / "kernels" / "python3"
+    kernels.mkdir(parents=True)
+    spec = {"argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            "display_name": "Python 3 (tests)", "language": "python"}
+    (kernels / "kernel.json").write_text(json.dumps(spec))
+    env = {"JUPYTER_PATH": str(kernels.parents[1]), "RELUATTN_QUICK": "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    return env
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.stem)
+def test_notebook_runs(path, kernel_env, monkeypatch):
+    for name, value in kernel_env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("MPLBACKEND", raising=False)  # the notebook's own inline backend, as a student sees it
+    notebook = nbformat.read(path, as_version=4)
+    notebook.cells.append(nbformat.v4.new_code_cell(PROBE))
+    client = NotebookClient(notebook, timeout=CELL_TIMEOUT, kernel_name="python3",
+                            resources={"metadata": {"path": str(TUTORIALS)}})
+    client.execute()  # raises CellExecutionError, naming the cell, when any cell fails
+    probe = "".join(output.get("text", "") for output in notebook.cells[-1].outputs).split()
+    assert Path(probe[0]).resolve() == Path(sys.executable).resolve(), f"kernel ran {probe[0]}"
+    assert Path(probe[1]).resolve().is_relative_to(ROOT), f"kernel imported reluattn from {probe[1]}"
+    images = sum("image/png" in output.get("data", {}) for cell in notebook.cells if cell.cell_type == "code"
+                 for output in cell.outputs)
+    assert images >= 2, f"{path.name} drew {images} figures"
+
+
+# ------------------------------------------------------------------------------ the course's pages
+
+DOCS = ROOT / "docs"
+
+
+def sections(path: Path) -> dict:
+    """{session number: its text} for the "## Session N — ..." sections of a course page."""
+    parts = re.split(r"^## Session (\d) ", path.read_text(encoding="utf-8"), flags=re.M)
+    return {int(number): text for number, text in zip(parts[1::2], parts[2::2])}
+
+
+def table_column(text: str, header: str) -> list[str]:
+    """The cells of the column `header` in the first markdown table of `text` whose header row has it."""
+    tables = re.findall(r"(?:^\|.*\n?)+", text, flags=re.M)
+    for table in tables:
+        rows = [[cell.strip() for cell in row.strip().strip("|").split("|")] for row in table.strip().split("\n")]
+        if header in rows[0]:
+            return [row[rows[0].index(header)] for row in rows[2:]]
+    return []
+
+
+def test_each_sessions_minutes_add_up_to_its_length():
+    plans = sections(DOCS / "course" / "sessions.md")
+    assert sorted(plans) == [1, 2, 3, 4, 5, 6]
+    length = int(re.search(r"Each session lasts \*\*(\d+) minutes\*\*", (DOCS / "course" / "sessions.md").read_text())[1])
+    for number, text in plans.items():
+        minutes = [int(cell) for cell in table_column(text, "minutes")]
+        assert len(minutes) >= 4 and sum(minutes) == length, f"session {number}: {minutes} sum to {sum(minutes)}"
+
+
+def further_questions(notebook: Path) -> set:
+    """The numbers of the notebook's further questions (the numbered items after "Further" in its exercises)."""
+    text = next(cell.source.split("## Exercises", 1)[1] for cell in nbformat.read(notebook, as_version=4).cells
+                if cell.cell_type == "markdown" and "## Exercises" in cell.source)
+    return {int(number) for number in re.findall(r"^(\d+)\. ", text.split("Further", 1)[1], flags=re.M)}
+
+
+def test_every_further_question_has_a_key_and_every_rubric_totals_20():
+    keys = sections(DOCS / "course" / "instructor.md")
+    assert sorted(keys) == [1, 2, 3, 4, 5, 6]
+    for number, notebook in enumerate(NOTEBOOKS, 1):
+        text = keys[number]
+        answered = {int(n) for n in re.findall(r"^(\d+)\. ", text.split("**Answer keys.**", 1)[1], flags=re.M)}
+        asked = further_questions(notebook)
+        assert asked and answered == asked, f"session {number}: keys for {sorted(answered)}, asked {sorted(asked)}"
+        points = table_column(text, "points")
+        assert points[-1] == "**20**" and sum(int(p) for p in points[:-1]) == 20, f"session {number}: {points}"
+
+
+def grader_strings() -> list[str]:
+    """Every string literal of reluattn/grading, f-strings' literal parts included (split lines joined)."""
+    import ast
+    found = []
+    for path in (ROOT / "reluattn" / "grading").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                found.append(node.value)
+    return found
+
+
+def test_the_quoted_checker_messages_are_the_checkers():
+    strings = grader_strings()
+    text = (DOCS / "course" / "instructor.md").read_text(encoding="utf-8")
+    quoted = [quote for section in text.split("| the checker says |")[1:]
+              for quote in re.findall(r'^\|[^|]+\| "([^"]+)"', section.split("\n\n")[0], flags=re.M)]
+    assert len(quoted) >= 25
+    missing = [quote for quote in quoted if not any(quote in string for string in strings)]
+    assert not missing, f"not a message of reluattn.grading: {missing}"
+
+
+# ---------------------------------------------------------------------- no machine path anywhere
+
+def site_check():
+    spec = importlib.util.spec_from_file_location("site_check", DOCS / "_ext" / "site_check.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_no_machine_path_in_the_committed_notebooks_and_pages():
+    check = site_check()
+    files = [*TUTORIALS.rglob("*.ipynb"), *DOCS.rglob("*.md"), TUTORIALS / "README.md"]
+    found = {str(path.relative_to(ROOT)): check.machine_paths(path.read_text(encoding="utf-8")) for path in files
+             if "_build" not in path.parts and check.machine_paths(path.read_text(encoding="utf-8"))}
+    assert not found, found
+
+
+def test_the_site_check_finds_solutions_and_machine_paths(tmp_path):
+    check = site_check()
+    assert check.machine_paths("see /work/main/x.py and /tmp/ipykernel_1/2.py, not a/work/b or ~/home/x") == [
+        "/work/main", "/tmp/ipykernel_1"]
+    student, instructor = tmp_path / "student", tmp_path / "instructor"
+    for site in (student, instructor):
+        site.mkdir()
+        (site / "index.html").write_text("<p>clean</p>")
+    assert check.main(["--student", str(student), "--instructor", str(instructor)]) == 0
+    solution = next(line for line in check.make_exercises().solution_lines() if "@" in line)
+    words = solution.split(" ")  # as highlighting splits it, with an entity for the operator
+    (student / "page.html").write_text("<pre>" + "".join(f"<span>{html.escape(word)} </span>" for word in words)
+                                       + "</pre>")
+    (instructor / "page.html").write_text("<p>Warning: /home/someone/.venv/lib/tqdm/auto.py</p>")
+    problems = check.problems(student, instructor)
+    assert any("solution line" in problem for problem in problems)
+    assert any("machine path /home/someone" in problem for problem in problems)
+
+
+def test_slides_start_at_each_section():
+    spec = importlib.util.spec_from_file_location("make_slides", DOCS / "_ext" / "make_slides.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    notebook = module.with_slide_breaks(nbformat.read(NOTEBOOKS[0], as_version=4))
+    starts = [cell.source.split("\n")[0] for cell in notebook.cells if cell.metadata.slideshow.slide_type == "slide"]
+    assert starts[0].startswith("# 01") and "## 4. Output variance: what ReLUFormer normalises" in starts
+    assert all(cell.metadata.slideshow.slide_type in ("slide", "-") for cell in notebook.cells)
+
+
+def test_a_wrong_answer_shows_in_jupyter_as_one_message(kernel_env, monkeypatch):
+    for name, value in kernel_env.items():
+        monkeypatch.setenv(name, value)
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_code_cell("from reluattn.grading import check_softmax_backward\n"
+                                                "check_softmax_backward(lambda dout, cache: cache[0] * dout)")]
+    with pytest.raises(CellExecutionError):
+        NotebookClient(notebook, timeout=CELL_TIMEOUT, kernel_name="python3").execute()
+    (error,) = notebook.cells[0].outputs
+    assert error.ename == "ExerciseFailed" and len(error.traceback) == 1  # no frames of the grader
+    assert "only the diagonal of the Jacobian" in error.traceback[0] and ".py" not in error.traceback[0]
