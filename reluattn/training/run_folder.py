@@ -24,6 +24,8 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 
+from .sweep import CELL_RECORD, FEWSHOT, TRAIN_LOG
+
 LOCK = ".reluattn.lock"
 CHECKPOINTS = "checkpoints"
 LATEST = "LATEST"  # in checkpoints/: the name of the newest complete checkpoint
@@ -31,6 +33,9 @@ METRICS = "metrics.jsonl"
 SUMMARY = "summary.json"
 # What a run folder holds when reluattn wrote all of it (besides its temporaries, below).
 RUN_FOLDER_NAMES = {LOCK, METRICS, SUMMARY, CHECKPOINTS}
+# What `reluattn sweep` keeps beside a run in a cell's folder (written before the run starts): a new run
+# neither reads nor writes them, so they do not stand in its way.
+COMPANION_NAMES = {CELL_RECORD, TRAIN_LOG, FEWSHOT, "config.json"}
 CHECKPOINT_FILES = ("config.json", "params.npz", "opt_state.npz", "state.json")
 # Temporaries reluattn makes in a run folder (files.py; older versions used ".<name>.tmp", ".tmp-step_N-PID").
 TEMPORARY_PREFIXES = (".metrics.jsonl.", ".summary.json.", ".LATEST.", ".tmp-step_")
@@ -38,6 +43,11 @@ TEMPORARY_PREFIXES = (".metrics.jsonl.", ".summary.json.", ".LATEST.", ".tmp-ste
 
 def is_temporary_name(name: str) -> bool:
     return name.startswith(TEMPORARY_PREFIXES)
+
+
+def is_companion_name(name: str) -> bool:
+    """A sweep's file, or its temporary (".<name>.<...>")."""
+    return name in COMPANION_NAMES or any(name.startswith(f".{companion}.") for companion in COMPANION_NAMES)
 
 
 class RunFolderError(ValueError):
@@ -124,8 +134,8 @@ def has_complete_checkpoint(run_dir) -> bool:
 def foreign_entries(run_dir) -> list[str]:
     """Names in a run folder (and its checkpoints/) that reluattn would not have written."""
     run_dir = Path(run_dir)
-    found = [entry.name for entry in run_dir.iterdir()
-             if entry.name not in RUN_FOLDER_NAMES and not is_temporary_name(entry.name)]
+    found = [entry.name for entry in run_dir.iterdir() if entry.name not in RUN_FOLDER_NAMES
+             and not is_temporary_name(entry.name) and not is_companion_name(entry.name)]
     root = run_dir / CHECKPOINTS
     if root.is_symlink() or root.exists() and not root.is_dir():
         found.append(CHECKPOINTS)
@@ -141,7 +151,8 @@ def foreign_entries(run_dir) -> list[str]:
 
 
 def check_fresh_run_folder(run_dir, had_lock_file: bool) -> None:
-    """Refuse to start a new run in `run_dir` unless it is new, empty, or a reluattn run with no checkpoint.
+    """Refuse to start a new run in `run_dir` unless it is new, empty (but for a sweep's files), or a
+    reluattn run with no checkpoint.
 
     `had_lock_file`: whether the lock file was there before this run took the lock (a run folder marks
     itself with it; a run killed before its first checkpoint may be started again)."""
@@ -149,9 +160,9 @@ def check_fresh_run_folder(run_dir, had_lock_file: bool) -> None:
     if has_complete_checkpoint(run_dir):
         raise RunFolderError(f"{run_dir} already holds a run with checkpoints; pass --resume to continue it, or "
                              f"choose another --out for a new run")
-    others = [entry.name for entry in run_dir.iterdir() if entry.name != LOCK]
+    others = [entry.name for entry in run_dir.iterdir() if entry.name != LOCK and not is_companion_name(entry.name)]
     if not others:
-        return
+        return  # empty, or only what a sweep keeps beside the run
     foreign = foreign_entries(run_dir)
     if had_lock_file and not foreign:
         return  # a run of ours stopped before its first checkpoint: start it again

@@ -103,6 +103,20 @@ def test_a_new_run_refuses_a_folder_it_did_not_write_and_deletes_nothing(data, t
     assert snapshot(out) == before
 
 
+def test_a_sweep_cells_record_and_log_do_not_stand_in_the_way(data, tmp_path, capsys):
+    out = tmp_path / "cell"
+    out.mkdir()
+    (out / "cell.json").write_text('{"status": "running"}')  # what `reluattn sweep` writes before training
+    (out / "train.log").write_text("")
+    assert main(numpy_run(data, out, steps=4)) == 0
+    assert (out / "cell.json").read_text() == '{"status": "running"}'
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "cell.json").write_text("{}")
+    (other / "photos").mkdir()  # anything else still stands in the way
+    assert "(it holds photos)" in one_error_line(capsys, numpy_run(data, other, steps=4))
+
+
 def test_a_new_run_refuses_a_folder_holding_a_run_with_checkpoints(data, tmp_path, capsys):
     out = tmp_path / "run"
     assert main(numpy_run(data, out, steps=4)) == 0
@@ -225,7 +239,7 @@ def test_every_test_the_promises_in_the_docs_name_exists():
     text = (ROOT / "docs" / "training.md").read_text()
     section = text[text.index("## What reluattn promises about your files"):]
     section = section[:section.index("\n## ")]
-    cited = set(re.findall(r"(tests/\w+\.py)::(\w+)", section))
+    cited = set(re.findall(r"(tests/[\w/]+\.py)::(\w+)", section))
     assert len(cited) > 40
     missing = []
     for path, name in sorted(cited):
