@@ -14,9 +14,10 @@ import sys
 import traceback
 
 from . import BACKENDS
-from .config import ATTENTION_KINDS, MLP_ACTIVATIONS, POOLS
+from .config import ATTENTION_IMPLS, ATTENTION_KINDS, GATE_ACTIVATIONS, MLP_ACTIVATIONS, POOLS
 from .data import DATA_ENV, DATASETS
 from .training.config import COMPUTE_DTYPES
+from .training.fewshot import FEWSHOT_KEYS
 from .training.presets import PRESET_SUMMARIES, PRESETS
 
 PROG = "reluattn"
@@ -69,6 +70,17 @@ def _train_parser(commands) -> argparse.ArgumentParser:
     g.add_argument("--attention-scale", type=float, help="constant factor on point-wise attention weights")
     g.add_argument("--qk-norm", action=argparse.BooleanOptionalAction, default=None, help="LayerNorm q and k per head")
     g.add_argument("--gated", action=argparse.BooleanOptionalAction, default=None, help="gate the attention output")
+    g.add_argument("--gate-activation", choices=GATE_ACTIVATIONS,
+                   help="the gate's activation with --gated: silu (gated attention unit, Hua et al. 2022) or "
+                        "identity (Wortsman et al.'s 'extra projection')")
+    g.add_argument("--attention-reg-weight", type=float, metavar="LAMBDA",
+                   help="loss += LAMBDA * R, ReLUFormer's row-sum + entropy regulariser (secondary reading); 0: off")
+    g.add_argument("--entropy-margin", type=float, metavar="C", help="c of R's entropy term max(0, H - c log L)")
+    g.add_argument("--learn-alpha", action=argparse.BooleanOptionalAction, default=None,
+                   help="learn the length exponent alpha per layer and head (starts at --alpha)")
+    g.add_argument("--learn-scale", action=argparse.BooleanOptionalAction, default=None,
+                   help="learn a log-scale per layer and head (weights * exp(beta), beta = 0 at start)")
+    _attention_impl_flags(g)
     g.add_argument("--mlp-activation", choices=MLP_ACTIVATIONS)
     g.add_argument("--dim", type=int, help="token width D")
     g.add_argument("--depth", type=int, help="number of blocks")
@@ -93,8 +105,17 @@ def _train_parser(commands) -> argparse.ArgumentParser:
     g.add_argument("--dataset", choices=DATASETS, help="dataset kind (default: detected from --data)")
     g.add_argument("--val-split", type=int, help="training images held out for validation (0: use 'test')")
     g.add_argument("--subset", type=int, help="train on only this many images (quick runs)")
+    g.add_argument("--image-size", type=int, metavar="N",
+                   help="upsample the images to N x N (nearest neighbour, a whole multiple of the stored size) "
+                        "before training; evaluation upsamples the same way")
     g.add_argument("--data-seed", type=int, help="seed of the validation hold-out and the subset")
     return p
+
+
+def _attention_impl_flags(group) -> None:
+    group.add_argument("--impl", choices=ATTENTION_IMPLS,
+                       help="dense: hold the T x T weights; blocked: walk key blocks (long sequences, JAX)")
+    group.add_argument("--block-size", type=int, help="keys per block with --impl blocked")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -114,6 +135,11 @@ def build_parser() -> argparse.ArgumentParser:
                    '(scores null and "error" set when they are not finite)')
     p.add_argument("--batch-size", type=int, default=500)
     p.add_argument("--backend", choices=BACKENDS, help="default: the run's backend")
+    _attention_impl_flags(p)
+    p.add_argument("--fewshot", type=int, metavar="K",
+                   help="also a K-shot linear probe (closed-form ridge regression on the pre-logits) on the split: "
+                        "K images per class to fit, the rest to score, over --fewshot-seeds draws")
+    p.add_argument("--fewshot-seeds", type=int, default=5, help="draws of the K shots (default 5)")
 
     p = commands.add_parser("plot", help="training curves of one or more runs, one PNG")
     p.add_argument("runs", nargs="+", metavar="RUN_DIR")
@@ -150,7 +176,13 @@ def train_config_from_args(args, base):
     model = base.model
     attention = {name: value for name, value in (("kind", args.attention), ("alpha", args.alpha),
                                                   ("scale", args.attention_scale), ("qk_norm", args.qk_norm),
-                                                  ("gated", args.gated)) if value is not None}
+                                                  ("gated", args.gated),
+                                                  ("gate_activation", args.gate_activation),
+                                                  ("reg_weight", args.attention_reg_weight),
+                                                  ("entropy_margin", args.entropy_margin),
+                                                  ("learn_alpha", args.learn_alpha), ("learn_scale", args.learn_scale),
+                                                  ("impl", args.impl), ("block_size", args.block_size))
+                 if value is not None}
     if attention:
         model = model.replace(attention=model.attention.replace(**attention))
     if _model_overrides(args):
@@ -194,7 +226,7 @@ def train_config_from_args(args, base):
         top["compute_dtype"] = "float32"  # the NumPy backend computes in the parameters' dtype; no bfloat16
     for name in ("batch_size", "seed", "data_seed", "dataset", "val_split", "subset", "eval_every",
                  "checkpoint_every", "log_every", "keep_checkpoints", "label_smoothing", "compute_dtype",
-                 "backend", "fast"):
+                 "backend", "fast", "image_size"):
         if getattr(args, name) is not None:
             top[name] = getattr(args, name)
     return base.replace(model=model, optimizer=optimizer, augmentation=augmentation, **top)
@@ -229,12 +261,19 @@ def _command_train(args) -> int:
 def _command_evaluate(args) -> int:
     from .training.evaluation import evaluate_checkpoint
     result = evaluate_checkpoint(args.checkpoint, data=args.data, split=args.split,
-                                 batch_size=args.batch_size, backend=args.backend, progress=not args.json)
+                                 batch_size=args.batch_size, backend=args.backend, progress=not args.json,
+                                 impl=args.impl, block_size=args.block_size, fewshot=args.fewshot,
+                                 fewshot_seeds=args.fewshot_seeds)
     if args.json:  # always valid JSON: null scores and an "error" when they are not finite
-        print(json.dumps({key: result[key] for key in ("accuracy", "loss", "n", "error")}, allow_nan=False))
+        keys = ["accuracy", "loss", "n", "error"] + (list(FEWSHOT_KEYS) if args.fewshot is not None else [])
+        print(json.dumps({key: result[key] for key in keys}, allow_nan=False))
     elif result["error"] is None:
         print(f"{result['split']}: accuracy {result['accuracy']:.4f}  loss {result['loss']:.4f}  "
               f"n {result['n']}  ({result['checkpoint']})")
+        if args.fewshot is not None:
+            print(f"{result['split']}: {result['fewshot_shots']}-shot linear probe accuracy "
+                  f"{result['fewshot_accuracy']:.4f} +- {result['fewshot_std']:.4f} (std over "
+                  f"{result['fewshot_seeds']} draws; scored on {result['fewshot_n']} images)")
     if result["error"] is not None:
         print(f"{PROG}: error: no scores for {result['checkpoint']}: {result['error']}", file=sys.stderr)
         return 1

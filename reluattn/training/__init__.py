@@ -14,6 +14,8 @@
     files.py       writing files: new temporaries renamed into place, appends that follow no symlink
     resume.py      what --resume checks: saved configuration, data fingerprint, state.json, finite arrays
     evaluation.py  scoring a checkpoint (`evaluate`) and its attention maps (`attention`)
+    attention_statistics.py  the attention statistics of every validation record (NumPy, from weights)
+    fewshot.py     the few-shot ridge probe on the pre-logits (`evaluate --fewshot K`)
     plots.py       training curves and attention-map figures
     experiments.py the reproduction study's named grids of runs (`reluattn sweep EXPERIMENT`)
     sweep.py       running a grid, resumably, one `reluattn train` process per cell and seed

@@ -27,7 +27,7 @@ SEED_LIMIT = 2 ** 63
 # Fields that change how a run reports, not what it computes: a resumed run may change them freely.
 OPERATIONAL_FIELDS = ("eval_every", "checkpoint_every", "log_every", "keep_checkpoints")
 # What a checkpoint written before a field existed implies for it: the JAX backend always took its speed paths.
-IMPLIED_BY_OLDER_CHECKPOINTS = {"fast": True}
+IMPLIED_BY_OLDER_CHECKPOINTS = {"fast": True, "image_size": None}
 
 
 @dataclass(frozen=True)
@@ -79,6 +79,8 @@ class TrainConfig(_JsonConfig):
     compute_dtype: str = "float32"     # matmul inputs: "float32" or "bfloat16" (params, state, loss stay f32)
     backend: str = "jax"               # "jax" (jit, data parallel) or "numpy" (the reference model; small runs)
     fast: bool = False                 # JAX only: the backend's opt-in speed paths (on in every preset)
+    image_size: int | None = None      # upsample the images (nearest neighbour, on the host) to this side;
+                                       # a whole multiple of the stored side. None: train at the stored size
 
     def __post_init__(self):
         owner = "TrainConfig"
@@ -121,6 +123,8 @@ class TrainConfig(_JsonConfig):
         _check_choice(owner, "compute_dtype", self.compute_dtype, COMPUTE_DTYPES)
         _check_choice(owner, "backend", self.backend, BACKENDS)
         _check_bool(owner, "fast", self.fast)
+        if self.image_size is not None:
+            _check_int(owner, "image_size", self.image_size)
         if self.backend == "numpy" and self.compute_dtype != "float32":
             raise ValueError(f"{owner}.compute_dtype {self.compute_dtype!r} needs backend 'jax' (the NumPy "
                              f"backend computes in the parameters' dtype, float32)")

@@ -4,6 +4,7 @@ The Engine protocol, the whole interface between the loop and a backend:
 
     engine = make_engine(config, train_images, train_labels, mean, std)   # NumpyEngine or JaxEngine
     engine.devices, engine.device_description   # how many devices share a batch; in words, for the log
+    engine.params                               # the current parameter tree (on the device with JAX)
     engine.start(params)                        # fresh parameters (a NumPy tree) and a fresh optimizer state
     engine.restore(params, opt_state, source)   # or a checkpoint's (opt_state flat, as run_dir saves it)
     metrics = engine.step(step, indices)        # one optimizer step on train_images[indices]; the metrics
@@ -11,6 +12,8 @@ The Engine protocol, the whole interface between the loop and a backend:
     records = engine.fetch([metrics, ...])      # -> [{"loss", "accuracy", "grad_norm", "learning_rate"}]
                                                 # as Python floats (this waits for the device)
     engine.evaluate(images, labels)             # -> {"loss", "accuracy", "n"} on uint8 images
+    engine.attention_weights(images)            # -> [(B, H, T, L) NumPy array per block] on uint8 images
+                                                # (the plain float32 model; attention_statistics.py reads them)
     engine.host_params(), engine.host_opt_state()   # NumPy copies for a checkpoint (opt_state flat)
 
 A step is a pure function of (params, optimizer state, seed, step, indices): its augmentation comes from
@@ -49,12 +52,14 @@ class Engine(Protocol):
 
     devices: int
     device_description: str
+    params: object
 
     def start(self, params) -> None: ...
     def restore(self, params, opt_state_flat: dict, source: str) -> None: ...
     def step(self, step: int, indices: np.ndarray): ...
     def fetch(self, metrics: list) -> list[dict]: ...
     def evaluate(self, images: np.ndarray, labels: np.ndarray, batch_size: int = 500) -> dict: ...
+    def attention_weights(self, images: np.ndarray) -> list: ...
     def host_params(self): ...
     def host_opt_state(self) -> dict: ...
 
@@ -114,6 +119,11 @@ class NumpyEngine:
     def evaluate(self, images: np.ndarray, labels: np.ndarray, batch_size: int = 500) -> dict:
         return evaluate_arrays(self.score, self.params, images, labels, batch_size)
 
+    def attention_weights(self, images: np.ndarray) -> list:
+        _, weights = self.backend.apply(self.params, normalize(images, self.mean, self.std), self.config.model,
+                                        return_attention=True)
+        return [np.asarray(block) for block in weights]
+
     def host_params(self):
         return self.params
 
@@ -152,6 +162,7 @@ class JaxEngine:
         self.images = jax.device_put(np.ascontiguousarray(train_images, dtype=np.uint8), self._whole)
         self.labels = jax.device_put(np.asarray(train_labels, dtype=np.int32), self._whole)
         mean, std = tuple(mean), tuple(std)
+        self.mean, self.std = mean, std
         settings, num_classes, seed = config.augmentation, config.model.num_classes, config.seed
 
         def augment(key, images, labels):
@@ -194,6 +205,12 @@ class JaxEngine:
 
     def evaluate(self, images: np.ndarray, labels: np.ndarray, batch_size: int = 500) -> dict:
         return evaluate_arrays(self.score, self.params, images, labels, batch_size, self.devices)
+
+    def attention_weights(self, images: np.ndarray) -> list:
+        # The plain model in float32 (no bfloat16, no speed paths): the weights, not the training arithmetic.
+        _, weights = self.backend.apply(self.params, normalize(images, self.mean, self.std), self.config.model,
+                                        return_attention=True)
+        return [np.asarray(block) for block in jax.device_get(weights)]
 
     def host_params(self):
         return jax.device_get(self.params)

@@ -53,15 +53,29 @@ def _images_for(trained: dict, data, split, progress: bool):
     return images, labels, split
 
 
-def evaluate_checkpoint(checkpoint, data=None, split=None, *, batch_size: int = 500, backend=None,
-                        progress: bool = True) -> dict:
-    """{"accuracy", "loss" (mean cross-entropy, no label smoothing), "n", "split", "checkpoint", "error"}.
+def with_attention_impl(config, impl=None, block_size=None):
+    """`config` with its attention's impl / block size replaced where given (`evaluate --impl/--block-size`):
+    how the weights are computed, not what they are, so any checkpoint can be scored either way."""
+    changes = {name: value for name, value in (("impl", impl), ("block_size", block_size)) if value is not None}
+    if not changes:
+        return config
+    model = config.model
+    return config.replace(model=model.replace(attention=model.attention.replace(**changes)))
 
-    "error" is None, or says why accuracy and loss are None (non-finite parameters, or a non-finite loss)."""
+
+def evaluate_checkpoint(checkpoint, data=None, split=None, *, batch_size: int = 500, backend=None,
+                        progress: bool = True, impl=None, block_size=None, fewshot=None, fewshot_seeds=5) -> dict:
+    """{"accuracy", "loss" (mean cross-entropy, no label smoothing), "n", "split", "checkpoint", "error"}; with
+    `fewshot=K`, also fewshot.py's K-shot probe on the same split ("fewshot_accuracy", "fewshot_std", ...).
+
+    "error" is None, or says why the scores are None (non-finite parameters, or a non-finite loss)."""
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"--batch-size must be a positive whole number, got {batch_size!r}")
+    if fewshot is not None:
+        from .fewshot import check_fewshot_arguments
+        check_fewshot_arguments(fewshot, fewshot_seeds)
     trained = load_trained(checkpoint)
-    config = trained["config"]
+    config = with_attention_impl(trained["config"], impl, block_size)
     chosen = backend or config.backend
     from . import engine  # imports JAX
     if chosen == "jax":
@@ -78,7 +92,15 @@ def evaluate_checkpoint(checkpoint, data=None, split=None, *, batch_size: int = 
         params = jax.device_put(trained["params"], sharding.replicated(mesh))
         result = engine.evaluate_arrays(engine.jax_scorer(config, mean, std, mesh), params, images, labels,
                                         batch_size, mesh.size)
-    return dict(result, split=split, checkpoint=str(trained["path"]), **_non_finite_outcome(trained, result))
+    outcome = _non_finite_outcome(trained, result)
+    if fewshot is not None and outcome["error"] is None:
+        from .fewshot import fewshot_accuracy, pre_logits
+        features = pre_logits(trained["params"], images, config.model, mean, std, chosen, batch_size)  # (N, D)
+        result.update(fewshot_accuracy(features, labels, fewshot, fewshot_seeds))
+    elif fewshot is not None:  # a probe on non-finite features means nothing either
+        from .fewshot import FEWSHOT_KEYS
+        outcome.update(dict.fromkeys(FEWSHOT_KEYS))
+    return dict(result, split=split, checkpoint=str(trained["path"]), **outcome)
 
 
 def _non_finite_outcome(trained: dict, result: dict) -> dict:

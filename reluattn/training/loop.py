@@ -14,12 +14,18 @@ killed at any moment and resumed ends bit-identical to one that never stopped.
 
 Metrics stay on the device and are fetched every `log_every` steps (and before every validation and
 checkpoint); each fetch checks the loss, so a non-finite value stops the run before it can be saved,
-leaving the last good checkpoint in place. SIGINT (Ctrl-C) and SIGTERM finish the current step, save a
-checkpoint and return exit code 130 / 143; a second one stops at once, naming the last checkpoint.
+leaving the last good checkpoint in place. Train records carry, besides loss and accuracy, any further
+scalar the backend's step reports (the attention regulariser R, when the model computes it) and the learned
+alpha / gamma per block and head (when the model learns them); validation records carry "attention", the
+statistics of attention_statistics.py on a fixed batch (the first validation images). summary.json adds
+the run's FLOPs (`ViTConfig.flops_per_image()` x batch x steps) and the device it ran on.
+
+SIGINT (Ctrl-C) and SIGTERM finish the current step, save a checkpoint and return exit code 130 / 143; a
+second one stops at once, naming the last checkpoint.
 
 A run holds its folder's lock from start to end; a new run starts only in a new or empty folder or one
 of its own that has no checkpoint yet, and a resumed one reads the data its checkpoint recorded unless
-given other data (run_folder.py, run_dir.py).
+given other data (run_folder.py, resume.py).
 """
 
 from __future__ import annotations
@@ -35,11 +41,16 @@ from pathlib import Path
 import numpy as np
 
 from ..params import check_params, flatten, init_params
+from .attention_statistics import learned_length_factors, measure_attention, statistics_images
 from .config import TrainConfig, check_fits_in_memory
 from .run_data import load_run_data
 from .resume import check_resume, resume_step, saved_train_config
 from .run_dir import CheckpointError, MetricsLog, load_checkpoint, save_checkpoint, write_summary
 from .run_folder import refuse_if_in_use, use_run_folder
+
+
+# What every backend's train step reports; anything else it reports is logged as it comes.
+STEP_METRICS = ("loss", "accuracy", "grad_norm", "learning_rate")
 
 
 class NonFiniteLoss(RuntimeError):
@@ -163,6 +174,8 @@ class _Loop:
         checkpoint_every = config.checkpoint_every or steps_per_epoch
         self.started = self.interval_start = time.perf_counter()
         validation = self.run_data.validation
+        if validation is not None:  # the fixed batch of the attention statistics
+            self.statistics_images = validation.images[:statistics_images(config.model, len(validation))]
         self.bar = tqdm(total=total, initial=start, unit="step", dynamic_ncols=True, disable=not self.progress,
                         file=sys.stderr, desc=self.run_dir.name)
         order, order_epoch = None, None
@@ -222,6 +235,10 @@ class _Loop:
                 "accuracy": float(np.mean([r["accuracy"] for r in records])),
                 "learning_rate": self.learning_rate, "images_per_s": images / max(seconds, 1e-9),
                 "time": round(self.elapsed(), 3)}
+        for name in records[-1]:  # whatever else the step reports (e.g. the attention regulariser R)
+            if name not in STEP_METRICS:
+                line[name] = float(np.mean([r[name] for r in records]))
+        line.update(learned_length_factors(self.engine.params))  # where the learned alpha / gamma are now
         bad = [(done, r) for done, r in zip(steps, records) if not (math.isfinite(r["loss"])
                                                                     and math.isfinite(r.get("grad_norm", 0.0)))]
         self.log.append(line)
@@ -251,9 +268,12 @@ class _Loop:
         seconds = time.perf_counter() - began
         split = self.run_data.description["validation_split"]
         self.history.append({"step": done, "accuracy": result["accuracy"], "loss": result["loss"]})
+        attention = measure_attention(self.engine.attention_weights, self.statistics_images, self.config.model,
+                                      self.engine.params)
         self.log.append({"step": done, "epoch": self.epoch_of(done), "split": split, "loss": result["loss"],
                          "accuracy": result["accuracy"], "learning_rate": self.learning_rate,
-                         "images_per_s": result["n"] / max(seconds, 1e-9), "time": round(self.elapsed(), 3)})
+                         "images_per_s": result["n"] / max(seconds, 1e-9), "time": round(self.elapsed(), 3),
+                         "attention": attention})
         message = (f"step {done} epoch {self.epoch_of(done):.2f}: {split} accuracy {result['accuracy']:.4f} "
                    f"loss {result['loss']:.4f}")
         if self.progress:
@@ -293,7 +313,10 @@ class _Loop:
         line = _summary(self.config, self.run_dir, total, total, self.history, self.elapsed(), self.images_per_s(),
                         "done")
         best, final = _best_and_final(self.history)
+        flops_per_image = self.config.model.flops_per_image()
         write_summary(self.run_dir, {
+            "flops_per_image": flops_per_image, "train_flops": flops_per_image * self.config.batch_size * total,
+            "device": self.engine.device_description,
             "steps": total, "best_val_accuracy": best, "final_val_accuracy": final,
             "wall_time_s": round(self.elapsed(), 3), "images_per_s": self.images_per_s(),
             "checkpoint": str(self.last_checkpoint), "attention": self.config.model.attention.kind,

@@ -41,7 +41,8 @@ def run_label(run_dir: Path) -> str:
 
 
 def plot_runs(run_dirs, output="curves.png") -> Path:
-    """Train loss and validation accuracy against step, one colour per run, in one PNG."""
+    """Train loss and validation accuracy against step, one colour per run, in one PNG; when the runs logged
+    attention statistics, a second row shows them (each the mean over blocks)."""
     runs = []
     for run in run_dirs:
         run = Path(run)
@@ -52,8 +53,16 @@ def plot_runs(run_dirs, output="curves.png") -> Path:
             raise ValueError(f"{run / METRICS} holds no metrics yet; train the run for a few steps first")
         runs.append((run_label(run), records))
     from matplotlib.figure import Figure  # here, so the grader's import of attention_rollout stays light
-    figure = Figure(figsize=(11, 4.2))
-    loss_axes, accuracy_axes = figure.subplots(1, 2)
+    with_attention = any("attention" in r for _, records in runs for r in records)
+    figure = Figure(figsize=(11, 8.4 if with_attention else 4.2))
+    if with_attention:  # a second row: the attention statistics of the validation records
+        grid = figure.add_gridspec(2, len(ATTENTION_PANELS))
+        half = len(ATTENTION_PANELS) // 2
+        loss_axes, accuracy_axes = figure.add_subplot(grid[0, :half]), figure.add_subplot(grid[0, half:])
+        attention_axes = [figure.add_subplot(grid[1, i]) for i in range(len(ATTENTION_PANELS))]
+    else:
+        loss_axes, accuracy_axes = figure.subplots(1, 2)
+        attention_axes = []
     colours = [f"C{i % 10}" for i in range(len(runs))]
     for (label, records), colour in zip(runs, colours):
         train = [r for r in records if r.get("split") == "train" and _finite(r.get("loss"))]
@@ -61,12 +70,32 @@ def plot_runs(run_dirs, output="curves.png") -> Path:
         loss_axes.plot([r["step"] for r in train], [r["loss"] for r in train], color=colour, label=label, lw=1.2)
         accuracy_axes.plot([r["step"] for r in held_out], [r["accuracy"] for r in held_out], color=colour,
                            label=label, marker="o", ms=3, lw=1.2)
+    for axes, (name, title) in zip(attention_axes, ATTENTION_PANELS):
+        for (label, records), colour in zip(runs, colours):
+            measured = [(r["step"], _block_mean(r["attention"].get(name))) for r in records if "attention" in r]
+            measured = [(step, value) for step, value in measured if value is not None]
+            axes.plot([step for step, _ in measured], [value for _, value in measured], color=colour, label=label,
+                      marker="o", ms=3, lw=1.2)
+        axes.set(title=title, xlabel="step")
     loss_axes.set(title="training loss", xlabel="step", ylabel="cross-entropy (with label smoothing)")
     accuracy_axes.set(title="validation accuracy", xlabel="step", ylabel="accuracy")
-    for axes in (loss_axes, accuracy_axes):
+    if attention_axes:
+        attention_axes[0].set_ylabel("mean over blocks, fixed validation batch")
+    for axes in (loss_axes, accuracy_axes, *attention_axes):
         axes.grid(alpha=0.3)
         axes.legend(fontsize=8)
     return _save(figure, output)
+
+
+# The attention statistics `plot` draws (metrics.jsonl's val records, attention_statistics.py), with titles.
+ATTENTION_PANELS = (("row_sum_mean", "attention row sum"), ("entropy_ratio", "row entropy / log L"),
+                    ("zero_fraction", "fraction of exact zeros"), ("top_share", "share of the top 0.2 %"))
+
+
+def _block_mean(values):
+    """The mean over blocks of one statistic, or None when it was not measured."""
+    values = [v for v in (values or []) if _finite(v)]
+    return float(np.mean(values)) if values else None
 
 
 def _finite(value) -> bool:

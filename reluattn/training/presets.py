@@ -3,6 +3,8 @@ it trains, its budget, its command and what it measured (or "not measured yet").
 
 from __future__ import annotations
 
+import math
+
 from ..config import AttentionConfig, OptimizerConfig, ViTConfig
 from .config import AugmentationConfig, TrainConfig
 
@@ -64,6 +66,55 @@ PRESETS: dict[str, TrainConfig] = {
 }
 
 
+def _variant(base: str, name: str, attention: dict | None = None, model: dict | None = None, **changes):
+    """Preset `base` with another name and some attention / model / top-level fields changed."""
+    config = PRESETS[base]
+    changed = config.model.replace(**(model or {}))
+    changed = changed.replace(attention=changed.attention.replace(**(attention or {})))
+    return config.replace(preset=name, model=changed, **changes)
+
+
+# cpu-small-qknorm — cpu-small with qk-layernorm on.
+#   Why: every other preset has qk-layernorm off, while Wortsman et al. (2023) train their headline relu / L
+#        results with it (from ViT-22B: LayerNorm over Dh of q and k before the dot product).
+#   Model and budget: cpu-small's (ViT 128 wide, 6 deep, 4 heads, patch 4, 65 tokens; 2-core CPU, 8 epochs).
+#   Command: python -m reluattn train --preset cpu-small-qknorm --data PATH --out runs/cpu-small-qknorm
+#   Expected result: not measured yet.
+PRESETS["cpu-small-qknorm"] = _variant("cpu-small", "cpu-small-qknorm", attention={"qk_norm": True})
+
+# reluformer — ReLUFormer's scaled relu attention with its regulariser, on cpu-small's model and budget.
+#   What: relu(s) / (gamma * sqrt(L / 2)) = sqrt(2) * exp(beta_h) * L^-0.5 * relu(s) with a learned
+#         gamma_h = exp(-beta_h) per layer and head (1 at init), and loss = cross-entropy + 0.01 * R, R the
+#         row-sum + entropy regulariser (margin 0.7). Shen et al. (2023)'s abstract gives none of these details:
+#         the scaling, the learned gamma, the regulariser and 0.7 are a secondary reading of the paper, and the
+#         weight 0.01 is our choice (no source gives one).
+#   Command: python -m reluattn train --preset reluformer --data PATH --out runs/reluformer
+#   Expected result: not measured yet.
+PRESETS["reluformer"] = _variant("cpu-small", "reluformer", attention={
+    "alpha": 0.5, "scale": math.sqrt(2.0), "learn_scale": True, "reg_weight": 0.01, "entropy_margin": 0.7})
+
+# long-257 — four times the tokens: patch 2 on the 32x32 images, 256 patches + the class token = 257.
+#   Model: cpu-small's at patch 2, relu/L, dense attention (257 x 257 weights per head are small; the blocked
+#          kernel pays off at longer lengths).
+#   Budget: one GPU; 30 epochs at batch 256, bfloat16, AdamW 1e-3, 2-epoch warm-up then cosine, crop+flip.
+#   Command: python -m reluattn train --preset long-257 --data PATH --out runs/long-257
+#   Expected result: not measured yet.
+PRESETS["long-257"] = _variant("cpu-small", "long-257", model={"patch_size": 2}, batch_size=256, epochs=30,
+                               warmup_epochs=2.0,
+                               optimizer=PRESETS["cpu-small"].optimizer.replace(learning_rate=1e-3))
+
+# long-1025 — sixteen times the tokens: images upsampled to 64x64 (nearest neighbour, on the host), patch 2:
+#   1,024 patches + the class token = 1,025 tokens.
+#   Model: as long-257, blocked attention in key blocks of 256 (never holds the 1025 x 1025 weights).
+#   Budget: one GPU; 30 epochs at batch 128, otherwise long-257's; crop padding 8 pixels of the 64x64 image
+#           (4 of the stored 32x32). CIFAR-10's upsampled training split is 0.55 GB of uint8 on the device.
+#   Command: python -m reluattn train --preset long-1025 --data PATH --out runs/long-1025
+#   Expected result: not measured yet.
+PRESETS["long-1025"] = _variant("long-257", "long-1025", attention={"impl": "blocked", "block_size": 256},
+                                batch_size=128, image_size=64,
+                                augmentation=PRESETS["long-257"].augmentation.replace(crop_padding=8))
+
+
 # One line per preset for `reluattn train --help` (the comments above hold the details).
 PRESET_SUMMARIES = {
     "cpu-small": "ViT 128x6, 4 heads, patch 4, relu/L, bf16, 8 epochs, batch 128; 2-core CPU, <= 20 min, "
@@ -72,6 +123,14 @@ PRESET_SUMMARIES = {
                 "(measured: 80.1% val in 277 s on one H200).",
     "gpu-long": "ViT 384x8, 6 heads, MLP 1152, relu/L, bf16, 300 epochs, batch 512, mixup+cutmix; one GPU, "
                 "aimed at >= 90% CIFAR-10 (result and runtime: not measured yet).",
+    "cpu-small-qknorm": "cpu-small with qk-layernorm on (as in Wortsman et al.'s headline runs); 2-core CPU "
+                        "(result: not measured yet).",
+    "reluformer": "cpu-small's model with ReLUFormer's relu / (gamma sqrt(L/2)), learned gamma per head and "
+                  "its regulariser (weight 0.01) -- a secondary reading of Shen et al. (not measured yet).",
+    "long-257": "ViT 128x6, patch 2 on 32x32: 257 tokens, relu/L, 30 epochs, batch 256; one GPU "
+                "(not measured yet).",
+    "long-1025": "ViT 128x6 on images upsampled to 64x64, patch 2: 1,025 tokens, blocked relu/L attention, "
+                 "30 epochs, batch 128; one GPU (not measured yet).",
 }
 
 

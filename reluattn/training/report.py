@@ -59,8 +59,9 @@ def _last_attention_statistics(run_dir: Path) -> dict:
         stats = record.get("attention")
         if record.get("split") == "val" and isinstance(stats, dict):
             for key in ("entropy_ratio", "zero_fraction", "top_share", "row_sum_mean"):
-                if key in stats:
-                    statistics[f"attention_{key}"] = float(np.mean(stats[key]))
+                values = [v for v in stats.get(key) or [] if v is not None]  # None: a block of all-zero rows
+                if values:
+                    statistics[f"attention_{key}"] = float(np.mean(values))
             break
     return statistics
 

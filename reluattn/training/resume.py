@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from ..params import flatten
-from .config import IMPLIED_BY_OLDER_CHECKPOINTS, TrainConfig, config_differences, train_config_from_dict
+from .config import TrainConfig, config_differences, train_config_from_dict
 from .run_dir import LATEST, CheckpointError, list_checkpoints, non_finite_arrays, resolve_checkpoint
 
 
@@ -36,7 +36,9 @@ def saved_train_config(run_dir) -> TrainConfig:
 
 def check_resume(saved_config: dict, resolved: TrainConfig, description: dict, run_dir,
                  allow_different_data: bool = False) -> None:
-    saved = {**IMPLIED_BY_OLDER_CHECKPOINTS, **{k: v for k, v in saved_config.items() if k != "data"}}
+    # Through the config classes, so that fields added since the run was saved take their defaults (what the
+    # older code did) instead of reading as differences.
+    saved = train_config_from_dict(saved_config).to_dict()
     differences = config_differences(saved, resolved.to_dict())
     saved_data = saved_config.get("data", {})
     for name in ("class_names", "image_size", "channels", "num_train", "num_validation", "validation_split"):

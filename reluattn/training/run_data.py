@@ -5,12 +5,15 @@
     validation     =  the held-out images, or the dataset's "test" split when val_split is 0
 
 `evaluate` and `attention` rebuild the same "val" split from a checkpoint's config, so a run's held-out
-images can be scored again later.
+images can be scored again later. With `image_size` set (`--image-size`), every split is upsampled to it by
+nearest neighbour (each pixel repeated factor x factor times; see `upsample_images`), for training and
+evaluation alike.
 """
 
 from __future__ import annotations
 
 import hashlib
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -66,6 +69,28 @@ def data_fingerprint(*datasets) -> str:
     return f"sha256:{digest.hexdigest()}"
 
 
+def upsample_images(images: np.ndarray, size: int | None) -> np.ndarray:
+    """uint8 (N, S, S, C) images upsampled by nearest neighbour to (N, size, size, C); size a multiple of S.
+
+    Nearest neighbour, not bilinear: it adds no new pixel values (the per-channel mean and std are exactly
+    those of the stored images), stays uint8, and at patch size P*factor gives the stored-size model's
+    tokens back, so longer sequences hold exactly the same information."""
+    side = images.shape[1]
+    if size is None or size == side:
+        return images
+    if size % side:
+        raise ValueError(f"--image-size {size} must be a whole multiple of the stored image side {side} "
+                         f"(nearest-neighbour upsampling repeats each pixel); try {2 * side}")
+    factor = size // side
+    return np.repeat(np.repeat(images, factor, axis=1), factor, axis=2)  # (N, size, size, C)
+
+
+def _upsampled(dataset, size: int | None):
+    if size is None or dataset is None:
+        return dataset
+    return dataclasses.replace(dataset, images=upsample_images(dataset.images, size))
+
+
 def load_run_data(config: TrainConfig, data=None, *, progress: bool = True) -> RunData:
     """Training and validation images for `config` (not yet resolved: any preset or saved config)."""
     path = data_source(data)
@@ -80,14 +105,17 @@ def load_run_data(config: TrainConfig, data=None, *, progress: bool = True) -> R
         train, validation, validation_split = full, None, None
     if config.subset is not None:
         train = take_subset(train, config.subset, config.data_seed)
-    image_size, _, channels = train.images.shape[1:]
-    mean, std = channel_statistics(train.images)
+    stored_size, _, channels = train.images.shape[1:]
+    mean, std = channel_statistics(train.images)  # nearest-neighbour upsampling leaves them exactly as they are
+    train, validation = _upsampled(train, config.image_size), _upsampled(validation, config.image_size)
+    image_size = train.images.shape[1]
     description = {
         "path": path,                       # None: the downloaded CIFAR archive
         "kind": train.kind,
         "source": train.source,
         "class_names": list(train.class_names),
-        "image_size": int(image_size),
+        "image_size": int(image_size),      # what the model sees (after --image-size upsampling)
+        "stored_image_size": int(stored_size),
         "channels": int(channels),
         "num_train": len(train),
         "num_validation": 0 if validation is None else len(validation),
@@ -122,4 +150,4 @@ def load_split(config: TrainConfig, description: dict, data, split: str | None, 
         raise DataError(f"the classes of {path} ({len(dataset.class_names)}: {', '.join(dataset.class_names[:4])}"
                         f"...) are not the ones the run was trained on ({len(expected)}: "
                         f"{', '.join(expected[:4])}...); point --data at the run's dataset")
-    return dataset.images, dataset.labels, split
+    return upsample_images(dataset.images, config.image_size), dataset.labels, split

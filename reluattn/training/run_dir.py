@@ -211,14 +211,24 @@ class MetricsLog:
         write_atomically(self.path, "".join(json.dumps(record) + "\n" for record in kept))
 
     def append(self, record: dict) -> None:
-        clean = {key: (None if isinstance(value, float) and not math.isfinite(value) else value)
-                 for key, value in record.items()}
-        append_line(self.path, json.dumps(clean))
+        append_line(self.path, json.dumps(_finite_or_none(record), allow_nan=False))
+
+
+def _finite_or_none(value):
+    """`value` with every NaN or infinity, however deeply nested, replaced by None (JSON has no NaN)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite_or_none(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_or_none(item) for item in value]
+    return value
 
 
 def write_summary(run_dir, summary: dict) -> Path:
     """Write `<run>/summary.json` atomically (a temporary file in the run directory, then a rename)."""
-    return write_atomically(Path(run_dir) / SUMMARY, json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    return write_atomically(Path(run_dir) / SUMMARY, json.dumps(_finite_or_none(summary), indent=2, sort_keys=True,
+                                                                   allow_nan=False) + "\n")
 
 
 # ------------------------------------------------------------------------------------- optimizer states
