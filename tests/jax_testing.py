@@ -111,7 +111,7 @@ def bfloat16_against_float32(cfg: ViTConfig, seed: int, fast: bool = True):
     float32 and with `compute_dtype=jnp.bfloat16` (both with `fast`). Returns ((logits, loss, grads) of the bfloat16 run,
     errors): the logits' error relative to the largest logit, the loss's relative error, and the gradients'
     norm-wise relative error and cosine (all leaves as one vector) -- what tests/jax_backend/test_jax_model.py bounds
-    and benchmarks/bfloat16_error.py reports."""
+    and benchmarks/investigations/bfloat16_error.py reports."""
     import jax  # here: the rest of this module serves tests that need no JAX
     import jax.numpy as jnp
 

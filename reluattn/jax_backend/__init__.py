@@ -28,7 +28,8 @@ NumPy <-> JAX, file for file (numpy_backend/X.py beside jax_backend/X.py). A Num
                           gelu_, relu_, silu_, softmax_forward / _backward gelu, relu, silu, softmax
                           targets_from_labels                              targets_from_labels
                           cross_entropy_forward / cross_entropy_backward   cross_entropy
-    attention_weights.py  POINTWISE (h and h'), pointwise, length_factor   POINTWISE (h), pointwise, length_factor
+    attention_weights.py  POINTWISE (h and h'), pointwise,               POINTWISE (h), pointwise, length_factor
+                          pointwise_derivative, length_factor              (h' by autodiff)
                           attention_weights_forward / _backward            attention_weights
     multihead_attention.py heads_attention_forward / _backward             heads_attention
                           (weights_forward / _backward arguments)          (weights_function argument)

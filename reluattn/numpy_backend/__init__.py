@@ -1,7 +1,8 @@
 """The pure-NumPy Vision Transformer with hand-written backprop (imports only NumPy and reluattn's
 config, params and checks; never JAX).
 
-Files, in reading order (the ViT path is the first six):
+Files, in reading order (the ViT path is the first six)::
+
     layers.py               dense, LayerNorm, GELU, ReLU, SiLU, softmax, cross-entropy
     attention_weights.py    scores -> weights for every attention kind (softmax, relu / L, ...)
     multihead_attention.py  the multi-head core and the self-attention layer; attention(q, k, v)
@@ -23,7 +24,8 @@ NumPy <-> JAX, file for file (numpy_backend/X.py beside jax_backend/X.py). A Num
                           gelu_, relu_, silu_, softmax_forward / _backward gelu, relu, silu, softmax
                           targets_from_labels                              targets_from_labels
                           cross_entropy_forward / cross_entropy_backward   cross_entropy
-    attention_weights.py  POINTWISE (h and h'), pointwise, length_factor   POINTWISE (h), pointwise, length_factor
+    attention_weights.py  POINTWISE (h and h'), pointwise,               POINTWISE (h), pointwise, length_factor
+                          pointwise_derivative, length_factor              (h' by autodiff)
                           attention_weights_forward / _backward            attention_weights
     multihead_attention.py heads_attention_forward / _backward             heads_attention
                           (weights_forward / _backward arguments)          (weights_function argument)
@@ -54,7 +56,8 @@ Where they differ, and why:
   - JAX only: compute_dtype=jnp.bfloat16 and fast=True (the opt-in speed paths of jax_backend/fast/),
     make_train_step (the pure step, to jit with augmentation), and sharding.py (several devices).
 
-Shape legend, used in the shape comment on every line that makes a tensor:
+Shape legend, used in the shape comment on every line that makes a tensor::
+
     B   batch                          S   image side in pixels
     C   channels                       P   patch side in pixels
     N   patches per image = (S/P)^2    T   tokens (N, plus 1 for the class token)

@@ -39,20 +39,22 @@ class AttentionCoreCache(NamedTuple):
     weights_cache: AttentionWeightsCache  # (or long_sequences.CausalWeightsCache)
 
 
-def heads_attention_forward(q, k, v, attn_cfg, weights_forward=attention_weights_forward):
+def heads_attention_forward(q, k, v, attn_cfg, weights_forward=None):
     """Core attention on heads-first arrays: q (B, H, T, Dh), k and v (B, H, L, Dh).
     Returns (out (B, H, T, Dh), weights (B, H, T, L), cache). weights_forward(scores, attn_cfg) ->
-    (weights, cache): the ViT's; long_sequences.py has the causal one (with its own backward)."""
+    (weights, cache): the ViT's by default; long_sequences.py has the causal one (with its own backward)."""
+    weights_forward = weights_forward or attention_weights_forward  # looked up per call, not bound at import
     scores = (q @ k.swapaxes(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))  # (B, H, T, L)
     weights, weights_cache = weights_forward(scores, attn_cfg)  # (B, H, T, L)
     out = weights @ v  # (B, H, T, Dh)
     return out, weights, AttentionCoreCache(q, k, v, weights, weights_cache)
 
 
-def heads_attention_backward(dout, cache, attn_cfg, weights_backward=attention_weights_backward):
+def heads_attention_backward(dout, cache, attn_cfg, weights_backward=None):
     """Returns (dq (B, H, T, Dh), dk (B, H, L, Dh), dv (B, H, L, Dh)). weights_backward: the backward of
-    the forward's weights_forward."""
+    the forward's weights_forward (default: the ViT's)."""
     q, k, v, weights, weights_cache = cache
+    weights_backward = weights_backward or attention_weights_backward
     inv_sqrt_dh = 1.0 / math.sqrt(q.shape[-1])
     # Differentiates out = weights @ v.
     dweights = dout @ v.swapaxes(-1, -2)  # (B, H, T, L)

@@ -19,7 +19,8 @@
     plots.py       training curves and attention-map figures
     experiments.py the reproduction study's named grids of runs (`reluattn sweep EXPERIMENT`)
     sweep.py       running a grid, resumably, one `reluattn train` process per cell and seed
-    report.py      a sweep's table (CSV, JSON) from its run directories; report_figures.py its figures
+    report.py      a sweep's table (CSV, JSON) from its run directories; report_figures.py its figures;
+                   seed_statistics.py means and spreads over seeds, and the test behind the verdicts
 
 Importing this package (or loop.py) does not import JAX; `train()` does, when it starts.
 """

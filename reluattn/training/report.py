@@ -6,23 +6,20 @@ One row per run (cell x seed): the cell's grid coordinates, seed, best and final
 few-shot accuracy (when measured), training FLOPs, wall time, machine, attention statistics and learned
 alphas (when the run logged them), and the run's full config (JSON only). Figures show the mean over
 seeds with error bars of one standard deviation; softmax is drawn as a reference line with its band.
-`compare` is the test the verdicts on docs/reproduction.md use: a difference counts when it exceeds twice
-its standard error (Welch: sqrt(s1^2/n1 + s2^2/n2), s the seed-to-seed standard deviation).
+Means, spreads and the comparison behind the verdicts are in seed_statistics.py.
 """
 
 from __future__ import annotations
 
 import csv
 import json
-import math
 from pathlib import Path
 
 import numpy as np
 
 from .experiments import EXPERIMENTS, cells_of
+from .seed_statistics import LABEL_COLUMNS, aggregate
 
-LABEL_COLUMNS = ("tokens", "kind", "alpha", "method", "dim", "depth", "qk_norm", "gated", "activation",
-                 "mlp_dim", "alpha_start")
 VALUE_COLUMNS = ("best_val_accuracy", "final_val_accuracy", "fewshot_accuracy", "train_flops", "wall_time_s",
                  "attention_entropy_ratio", "attention_zero_fraction", "attention_top_share",
                  "attention_row_sum_mean", "learned_alpha_mean", "learned_alpha_min", "learned_alpha_max")
@@ -116,26 +113,6 @@ def collect_rows(experiment: str, out) -> list[dict]:
             row["error"] = record.get("error")
         rows.append(row)
     return rows
-
-
-def aggregate(rows: list[dict], value: str = "best_val_accuracy", by=None) -> dict:
-    """{cell: {"mean", "std", "n", "labels"}} over the seeds of each cell (finished runs only)."""
-    groups = {}
-    for row in rows:
-        if row.get("status") == "done" and row.get(value) is not None:
-            groups.setdefault(row["cell"], {"values": [], "labels": {k: row.get(k) for k in LABEL_COLUMNS}})
-            groups[row["cell"]]["values"].append(float(row[value]))
-    return {cell: {"mean": float(np.mean(g["values"])),
-                   "std": float(np.std(g["values"], ddof=1)) if len(g["values"]) > 1 else 0.0,
-                   "n": len(g["values"]), "labels": g["labels"]} for cell, g in groups.items()}
-
-
-def compare(a: dict, b: dict) -> dict:
-    """a - b with its Welch standard error; "resolved" when |difference| > 2 standard errors."""
-    difference = a["mean"] - b["mean"]
-    error = math.sqrt(a["std"] ** 2 / max(a["n"], 1) + b["std"] ** 2 / max(b["n"], 1))
-    return {"difference": difference, "standard_error": error,
-            "resolved": bool(abs(difference) > 2 * error and min(a["n"], b["n"]) > 1)}
 
 
 def write_report(experiment: str, out, *, scale: str | None = None) -> dict:

@@ -8,7 +8,7 @@ import matplotlib
 matplotlib.use("Agg")  # figures are written to files; no screen needed
 import matplotlib.pyplot as plt  # noqa: E402
 
-from .report import aggregate  # noqa: E402
+from .seed_statistics import aggregate  # noqa: E402
 
 
 def _series(cells: dict, x_key: str, series_key: str, **where) -> dict:

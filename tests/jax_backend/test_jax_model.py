@@ -106,7 +106,7 @@ def test_blocked_attention_equals_dense_with_gradients(attn_cfg, tokens, seed):
 
 # bfloat16 keeps 8 significant bits (unit roundoff 2^-8 = 3.9e-3), and every matmul's inputs are rounded to
 # it. Measured over 200 drawn models of this test's family (random parameters, Dh 8 or 16, batch 4;
-# `PYTHONPATH=.:tests python benchmarks/bfloat16_error.py`, 2026-11-26, worst / median):
+# `PYTHONPATH=.:tests python benchmarks/investigations/bfloat16_error.py`, 2026-11-26, worst / median):
 #   logits  3.8e-2 / 4.8e-3 (relative_error: against the largest logit)
 #   loss    2.2e-2 / 8.0e-4 relative
 #   gradients, all leaves as one vector: 0.31 / 7.1e-3 norm-wise relative error (lowest cosine 0.965).

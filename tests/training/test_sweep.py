@@ -20,7 +20,8 @@ from reluattn.cli import build_parser, train_config_from_args
 from reluattn.training import sweep as sweep_module
 from reluattn.training.experiments import EXPERIMENTS, SCALES, Cell, cells_of, train_arguments
 from reluattn.training.presets import get_preset
-from reluattn.training.report import RUN_SPECIFIC_COLUMNS, compare, write_report
+from reluattn.training.report import RUN_SPECIFIC_COLUMNS, write_report
+from reluattn.training.seed_statistics import compare
 from reluattn.training.report_figures import FIGURES
 
 from train_helpers import ROOT, make_folder_dataset
