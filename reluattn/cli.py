@@ -47,7 +47,10 @@ def _train_parser(commands) -> argparse.ArgumentParser:
     g = p.add_argument_group("run")
     g.add_argument("--preset", choices=sorted(PRESETS), help="starting recipe (default: cpu-small)")
     g.add_argument("--out", help="run directory for checkpoints and metrics.jsonl (default: runs/<preset>-<kind>)")
-    g.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint")
+    g.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint "
+                   "(on the data it recorded, unless --data is given)")
+    g.add_argument("--allow-different-data", action="store_true",
+                   help="with --resume: continue even though the images differ from the ones the run recorded")
     g.add_argument("--backend", choices=BACKENDS, help="jax (default) or numpy (the reference model; small runs)")
     g.add_argument("--seed", type=int, help="initialisation, data order and augmentation seed")
     g.add_argument("--epochs", type=int, help="run length in passes over the training split")
@@ -128,7 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", help=f"the dataset (default: ${DATA_ENV}, else the path the run trained on)")
     p.add_argument("--split", help="test, train, val (the run's held-out images) or a folder split "
                    "(default: test when the dataset has it, else val)")
-    p.add_argument("--json", action="store_true", help='print only {"accuracy", "loss", "n"} as JSON')
+    p.add_argument("--json", action="store_true", help='print only {"accuracy", "loss", "n", "error"} as JSON '
+                   '(scores null and "error" set when they are not finite)')
     p.add_argument("--batch-size", type=int, default=500)
     p.add_argument("--backend", choices=BACKENDS, help="default: the run's backend")
     _attention_impl_flags(p)
@@ -190,6 +194,9 @@ def train_config_from_args(args, base):
     if args.weight_decay is not None:
         changes["weight_decay"] = args.weight_decay
     if args.clip_norm is not None:
+        if not args.clip_norm >= 0:  # also catches nan
+            raise UsageError(f"reluattn train: --clip-norm must be a positive norm, or 0 to turn clipping off; "
+                             f"got {args.clip_norm}")
         changes["clip_norm"] = args.clip_norm if args.clip_norm > 0 else None
     top = {}
     if args.warmup_steps is not None and args.warmup_epochs is not None:
@@ -232,7 +239,9 @@ def _command_train(args) -> int:
     if args.resume:
         if not out:
             raise UsageError("reluattn train: --resume needs --out DIR, the run directory to continue")
-        from .training.run_dir import saved_train_config
+        from .training.resume import saved_train_config
+        from .training.run_folder import refuse_if_in_use
+        refuse_if_in_use(out)  # another run using the folder is the news, not what it has (not) saved yet
         saved = saved_train_config(out)
         if args.preset is not None and args.preset != saved.preset:
             raise UsageError(f"reluattn train: {out} was trained with preset {saved.preset!r}, not "
@@ -242,7 +251,10 @@ def _command_train(args) -> int:
         config = train_config_from_args(args, get_preset(args.preset or "cpu-small"))
         if not out:
             out = os.path.join("runs", f"{config.preset or 'custom'}-{config.model.attention.kind}")
-    result = train(config, out, data=args.data, resume=args.resume, progress=not args.no_progress)
+    if args.allow_different_data and not args.resume:
+        raise UsageError("reluattn train: --allow-different-data only applies with --resume")
+    result = train(config, out, data=args.data, resume=args.resume, progress=not args.no_progress,
+                   allow_different_data=args.allow_different_data)
     return result.exit_code
 
 
@@ -252,16 +264,19 @@ def _command_evaluate(args) -> int:
                                  batch_size=args.batch_size, backend=args.backend, progress=not args.json,
                                  impl=args.impl, block_size=args.block_size, fewshot=args.fewshot,
                                  fewshot_seeds=args.fewshot_seeds)
-    if args.json:
-        keys = ["accuracy", "loss", "n"] + (list(FEWSHOT_KEYS) if args.fewshot is not None else [])
-        print(json.dumps({key: result[key] for key in keys}))
-        return 0
-    print(f"{result['split']}: accuracy {result['accuracy']:.4f}  loss {result['loss']:.4f}  "
-          f"n {result['n']}  ({result['checkpoint']})")
-    if args.fewshot is not None:
-        print(f"{result['split']}: {result['fewshot_shots']}-shot linear probe accuracy "
-              f"{result['fewshot_accuracy']:.4f} +- {result['fewshot_std']:.4f} (std over "
-              f"{result['fewshot_seeds']} draws; scored on {result['fewshot_n']} images)")
+    if args.json:  # always valid JSON: null scores and an "error" when they are not finite
+        keys = ["accuracy", "loss", "n", "error"] + (list(FEWSHOT_KEYS) if args.fewshot is not None else [])
+        print(json.dumps({key: result[key] for key in keys}, allow_nan=False))
+    elif result["error"] is None:
+        print(f"{result['split']}: accuracy {result['accuracy']:.4f}  loss {result['loss']:.4f}  "
+              f"n {result['n']}  ({result['checkpoint']})")
+        if args.fewshot is not None:
+            print(f"{result['split']}: {result['fewshot_shots']}-shot linear probe accuracy "
+                  f"{result['fewshot_accuracy']:.4f} +- {result['fewshot_std']:.4f} (std over "
+                  f"{result['fewshot_seeds']} draws; scored on {result['fewshot_n']} images)")
+    if result["error"] is not None:
+        print(f"{PROG}: error: no scores for {result['checkpoint']}: {result['error']}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -299,10 +314,10 @@ def main(argv=None) -> int:
         return COMMANDS[args.command](args)
     except SystemExit as exit_:  # --help and --version
         return exit_.code if isinstance(exit_.code, int) else 0
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
         if debug:
             raise
-        print(f"{PROG}: interrupted", file=sys.stderr)
+        print(f"{PROG}: {interrupt or 'interrupted'}", file=sys.stderr)  # a run's names its last checkpoint
         return 130
     except UsageError as error:
         if debug:
@@ -325,8 +340,8 @@ def main(argv=None) -> int:
 
 def _one_line(error: BaseException) -> str:
     text = str(error) or type(error).__name__
-    if isinstance(error, OSError) and error.filename and error.strerror:
-        text = f"{error.strerror}: {error.filename}"
+    if isinstance(error, OSError) and error.strerror:  # without "[Errno N]"; the file's name when it has one
+        text = f"{error.strerror}: {error.filename}" if error.filename else error.strerror
     return " ".join(text.split())
 
 

@@ -67,6 +67,11 @@ def tiny_args(data: Path, out: Path, steps: int = 12, **overrides) -> list[str]:
     return args
 
 
+def numpy_run(data: Path, out: Path, steps: int = 8, **flags) -> list[str]:
+    """tiny_args with the NumPy backend (no compilation: an in-process run takes a fraction of a second)."""
+    return tiny_args(data, out, steps=steps, **{"--backend": "numpy", **flags})
+
+
 # A wrapper around `reluattn` for subprocess tests: KILL_MODE makes the process hit itself with a signal
 # at a chosen point, deterministically (no sleeps, no races):
 #   flush:<SIG>:<step>       at the first metrics fetch at or after <step> (a moment between checkpoints)
@@ -109,8 +114,8 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-def run_cli(args, cache: Path, kill_mode: str | None = None, extra_env: dict | None = None, timeout: float = 120):
-    """Run `reluattn ARGS` in a fresh Python process; returns the CompletedProcess.
+def cli_command(args, cache: Path, kill_mode: str | None = None, extra_env: dict | None = None) -> dict:
+    """subprocess keyword arguments that run `reluattn ARGS` in a fresh Python process.
 
     The processes share `cache` for decoded images and JAX's persistent compilation cache, so only the
     first one of a kind pays for XLA's compilation (the same program gives the same executable)."""
@@ -121,8 +126,12 @@ def run_cli(args, cache: Path, kill_mode: str | None = None, extra_env: dict | N
     if kill_mode:
         env["KILL_MODE"] = kill_mode
     env.update(extra_env or {})
-    return subprocess.run([sys.executable, "-c", WRAPPER, *map(str, args)], env=env, capture_output=True, text=True,
-                          timeout=timeout, cwd=str(ROOT))
+    return {"args": [sys.executable, "-c", WRAPPER, *map(str, args)], "env": env, "text": True, "cwd": str(ROOT)}
+
+
+def run_cli(args, cache: Path, kill_mode: str | None = None, extra_env: dict | None = None, timeout: float = 120):
+    """Run `reluattn ARGS` in a fresh Python process (see cli_command); returns the CompletedProcess."""
+    return subprocess.run(**cli_command(args, cache, kill_mode, extra_env), capture_output=True, timeout=timeout)
 
 
 def final_arrays(run: Path, name: str = "params.npz") -> dict:
@@ -142,6 +151,12 @@ def assert_bit_identical(a: dict, b: dict) -> None:
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     return make_folder_dataset(tmp_path_factory.mktemp("folder"))
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """A folder for run_cli's decoded images and compilation cache, shared by a module's processes."""
+    return tmp_path_factory.mktemp("cache")
 
 
 @pytest.fixture(scope="module", autouse=True)

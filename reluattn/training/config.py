@@ -13,13 +13,17 @@ loaded: that sets the model's input/output sizes, `optimizer.total_steps` and th
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
 from dataclasses import dataclass, field
 
 from .. import BACKENDS
 from ..config import OptimizerConfig, ViTConfig, _check_bool, _check_choice, _check_float, _check_int, _JsonConfig
 from ..data import DATASETS
+from ..params import flatten
 
 COMPUTE_DTYPES = ("float32", "bfloat16")
+SEED_LIMIT = 2 ** 63
 # Fields that change how a run reports, not what it computes: a resumed run may change them freely.
 OPERATIONAL_FIELDS = ("eval_every", "checkpoint_every", "log_every", "keep_checkpoints")
 # What a checkpoint written before a field existed implies for it: the JAX backend always took its speed paths.
@@ -100,8 +104,10 @@ class TrainConfig(_JsonConfig):
         if self.warmup_epochs is not None:
             _check_float(owner, "warmup_epochs", self.warmup_epochs, minimum=0.0)
             object.__setattr__(self, "warmup_epochs", float(self.warmup_epochs))
-        _check_int(owner, "seed", self.seed, minimum=0)
-        _check_int(owner, "data_seed", self.data_seed, minimum=0)
+        for name in ("seed", "data_seed"):
+            _check_int(owner, name, getattr(self, name), minimum=0)
+            if getattr(self, name) >= SEED_LIMIT:  # JAX's random keys take signed 64-bit seeds
+                raise ValueError(f"{owner}.{name} must be below 2**63 = {SEED_LIMIT}, got {getattr(self, name)}")
         if self.dataset is not None:
             _check_choice(owner, "dataset", self.dataset, DATASETS)
         _check_int(owner, "val_split", self.val_split, minimum=0)
@@ -152,6 +158,29 @@ class TrainConfig(_JsonConfig):
         return self.replace(model=model, optimizer=optimizer)
 
 
+def training_memory_bytes(model: ViTConfig) -> int:
+    """A lower bound on the memory training `model` takes: float32 parameters, gradients and AdamW's two
+    moments (activations come on top)."""
+    from ..params import param_shapes
+    shapes = flatten(param_shapes(model), is_leaf=lambda leaf: isinstance(leaf, tuple))
+    return 4 * 4 * sum(math.prod(shape) for shape in shapes.values())
+
+
+def check_fits_in_memory(model: ViTConfig) -> None:
+    """A clear error, before anything is allocated, for a model this machine cannot hold."""
+    needed = training_memory_bytes(model)
+    try:
+        available = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # not knowable here: let the allocation decide
+        return
+    if needed > available:
+        gib = 2.0 ** 30
+        raise ValueError(f"this model has {needed // 16:,} parameters; training it needs at least "
+                         f"{needed / gib:,.1f} GiB (float32 parameters, gradients and two AdamW moments, "
+                         f"activations not counted), more than this machine's {available / gib:,.1f} GiB of "
+                         f"memory; choose a smaller --dim, --depth or --mlp-dim")
+
+
 def config_differences(saved: dict, new: dict, prefix: str = "", ignore=OPERATIONAL_FIELDS) -> list[str]:
     """["model.attention.kind: saved 'relu', now 'softmax'", ...] between two config dicts."""
     differences = []
@@ -176,5 +205,5 @@ def train_config_from_dict(data: dict) -> TrainConfig:
     return TrainConfig.from_dict({key: value for key, value in data.items() if key in known})
 
 
-__all__ = ["AugmentationConfig", "TrainConfig", "COMPUTE_DTYPES", "OPERATIONAL_FIELDS", "config_differences",
-           "train_config_from_dict"]
+__all__ = ["AugmentationConfig", "TrainConfig", "COMPUTE_DTYPES", "OPERATIONAL_FIELDS", "check_fits_in_memory",
+           "config_differences", "train_config_from_dict", "training_memory_bytes"]

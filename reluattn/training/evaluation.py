@@ -8,15 +8,16 @@ score it again; everything in it is checked before use, and what does not fit is
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
 
 from .. import backend as get_backend
-from ..params import check_params
+from ..params import check_params, flatten
 from .config import train_config_from_dict
 from .run_data import load_split
-from .run_dir import CheckpointError, load_checkpoint
+from .run_dir import CheckpointError, load_checkpoint, non_finite_arrays
 
 
 def load_trained(checkpoint) -> dict:
@@ -64,8 +65,10 @@ def with_attention_impl(config, impl=None, block_size=None):
 
 def evaluate_checkpoint(checkpoint, data=None, split=None, *, batch_size: int = 500, backend=None,
                         progress: bool = True, impl=None, block_size=None, fewshot=None, fewshot_seeds=5) -> dict:
-    """{"accuracy", "loss" (mean cross-entropy, no label smoothing), "n", "split", "checkpoint"}; with
-    `fewshot=K`, also fewshot.py's K-shot probe on the same split ("fewshot_accuracy", "fewshot_std", ...)."""
+    """{"accuracy", "loss" (mean cross-entropy, no label smoothing), "n", "split", "checkpoint", "error"}; with
+    `fewshot=K`, also fewshot.py's K-shot probe on the same split ("fewshot_accuracy", "fewshot_std", ...).
+
+    "error" is None, or says why the scores are None (non-finite parameters, or a non-finite loss)."""
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"--batch-size must be a positive whole number, got {batch_size!r}")
     if fewshot is not None:
@@ -89,11 +92,27 @@ def evaluate_checkpoint(checkpoint, data=None, split=None, *, batch_size: int = 
         params = jax.device_put(trained["params"], sharding.replicated(mesh))
         result = engine.evaluate_arrays(engine.jax_scorer(config, mean, std, mesh), params, images, labels,
                                         batch_size, mesh.size)
-    if fewshot is not None:
+    outcome = _non_finite_outcome(trained, result)
+    if fewshot is not None and outcome["error"] is None:
         from .fewshot import fewshot_accuracy, pre_logits
         features = pre_logits(trained["params"], images, config.model, mean, std, chosen, batch_size)  # (N, D)
         result.update(fewshot_accuracy(features, labels, fewshot, fewshot_seeds))
-    return dict(result, split=split, checkpoint=str(trained["path"]))
+    elif fewshot is not None:  # a probe on non-finite features means nothing either
+        from .fewshot import FEWSHOT_KEYS
+        outcome.update(dict.fromkeys(FEWSHOT_KEYS))
+    return dict(result, split=split, checkpoint=str(trained["path"]), **outcome)
+
+
+def _non_finite_outcome(trained: dict, result: dict) -> dict:
+    """{"error": None}, or None scores and an "error" saying why they mean nothing."""
+    bad = non_finite_arrays(flatten(trained["params"]))
+    if bad:
+        error = f"non-finite parameters ({', '.join(bad[:3])}) in {trained['path']}"
+    elif not math.isfinite(result["loss"]):
+        error = f"the loss is {result['loss']}"
+    else:
+        return {"error": None}
+    return {"accuracy": None, "loss": None, "error": error}
 
 
 def attention_maps(trained: dict, image: np.ndarray, backend=None):

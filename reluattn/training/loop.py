@@ -20,7 +20,12 @@ alpha / gamma per block and head (when the model learns them); validation record
 statistics of attention_statistics.py on a fixed batch (the first validation images). summary.json adds
 the run's FLOPs (`ViTConfig.flops_per_image()` x batch x steps) and the device it ran on.
 
-SIGINT (Ctrl-C) and SIGTERM finish the current step, save a checkpoint and return exit code 130 / 143.
+SIGINT (Ctrl-C) and SIGTERM finish the current step, save a checkpoint and return exit code 130 / 143; a
+second one stops at once, naming the last checkpoint.
+
+A run holds its folder's lock from start to end; a new run starts only in a new or empty folder or one
+of its own that has no checkpoint yet, and a resumed one reads the data its checkpoint recorded unless
+given other data (run_folder.py, resume.py).
 """
 
 from __future__ import annotations
@@ -30,17 +35,18 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from ..params import check_params, flatten, init_params
 from .attention_statistics import learned_length_factors, measure_attention, statistics_images
-from .config import TrainConfig
+from .config import TrainConfig, check_fits_in_memory
 from .run_data import load_run_data
-from .run_dir import (CheckpointError, MetricsLog, check_resume, list_checkpoints, load_checkpoint,
-                      save_checkpoint, saved_train_config, write_summary)
+from .resume import check_resume, resume_step, saved_train_config
+from .run_dir import CheckpointError, MetricsLog, load_checkpoint, save_checkpoint, write_summary
+from .run_folder import refuse_if_in_use, use_run_folder
 
 
 # What every backend's train step reports; anything else it reports is logged as it comes.
@@ -49,6 +55,10 @@ STEP_METRICS = ("loss", "accuracy", "grad_norm", "learning_rate")
 
 class NonFiniteLoss(RuntimeError):
     """The loss (or the parameters) stopped being finite; the message names the last good checkpoint."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """A second Ctrl-C (or SIGTERM) stopped the run at once; the message names the last checkpoint."""
 
 
 @dataclass
@@ -69,17 +79,23 @@ def _status(out, message: str) -> None:
 
 
 def train(config: TrainConfig, out, *, data=None, resume: bool = False, progress: bool = True,
-          stdout=None) -> TrainResult:
-    """Train (or, with resume=True, continue) the run in directory `out`; see the module docstring."""
-    stdout = stdout or sys.stdout
+          stdout=None, allow_different_data: bool = False) -> TrainResult:
+    """Train (or, with resume=True, continue) the run in directory `out`; see the module docstring.
+
+    Without `data`, a resumed run reads the data source its checkpoint recorded; `allow_different_data`
+    lets it continue on images whose fingerprint differs from the recorded one."""
     run_dir = Path(out)
-    checkpoint = None
+    refuse_if_in_use(run_dir)  # "in use by PID n" before anything that other run is changing
     if resume:
         saved_train_config(run_dir)  # a clear error when there is nothing (readable) to resume
-        checkpoint = load_checkpoint(run_dir)
-    elif list_checkpoints(run_dir):
-        raise ValueError(f"{run_dir} already holds a run (checkpoint {list_checkpoints(run_dir)[-1].name}); pass "
-                         f"--resume to continue it, or choose another --out")
+    with use_run_folder(run_dir, new_run=not resume):  # one run per folder; the lock dies with the process
+        return _train(config, run_dir, data, resume, progress, stdout or sys.stdout, allow_different_data)
+
+
+def _train(config, run_dir, data, resume, progress, stdout, allow_different_data) -> TrainResult:
+    checkpoint = load_checkpoint(run_dir) if resume else None
+    if checkpoint is not None and data is None:
+        data = checkpoint["config"].get("data", {}).get("path")  # the run's own data source
 
     from .engine import configure_jax_cpu, make_engine  # imports JAX
     if config.backend == "jax":
@@ -90,11 +106,16 @@ def train(config: TrainConfig, out, *, data=None, resume: bool = False, progress
     description = run_data.description
     resolved = config.resolve(description["num_train"], description["image_size"], description["channels"],
                               len(description["class_names"]))
-    if checkpoint is not None:
-        check_resume(checkpoint["config"], resolved, description, run_dir)
     total = resolved.optimizer.total_steps
+    if checkpoint is not None:
+        check_resume(checkpoint["config"], resolved, description, run_dir, allow_different_data)
+        if allow_different_data:  # keep the run's normalisation: the model was trained on it
+            saved = checkpoint["config"]["data"]
+            run_data = replace(run_data, description=dict(description, mean=saved["mean"], std=saved["std"]))
+            description = run_data.description
+    check_fits_in_memory(resolved.model)
     steps_per_epoch = resolved.steps_per_epoch(description["num_train"])
-    start = int(checkpoint["state"]["step"]) if checkpoint else 0
+    start = resume_step(checkpoint, total) if checkpoint else 0
     state = dict(checkpoint["state"]) if checkpoint else {}
     history = list(state.get("validation", []))
     if start >= total:
@@ -103,7 +124,6 @@ def train(config: TrainConfig, out, *, data=None, resume: bool = False, progress
         _status(stdout, line)
         return TrainResult(0, start, total, *_best_and_final(history), checkpoint["path"], line)
 
-    run_dir.mkdir(parents=True, exist_ok=True)
     engine = make_engine(resolved, run_data.train.images, run_data.train.labels, description["mean"],
                          description["std"])
     if checkpoint is not None:
@@ -184,6 +204,8 @@ class _Loop:
                             self.flush()
                             self.save(done)
                         return self.stopped(stop.signal, done, total)
+        except KeyboardInterrupt:
+            raise Interrupted(self.interrupted()) from None
         finally:
             self.bar.close()
         return self.finish(total)
@@ -273,6 +295,12 @@ class _Loop:
 
     def images_per_s(self) -> float | None:
         return self.timed_images / self.timed_seconds if self.timed_seconds > 0 else None
+
+    def interrupted(self) -> str:
+        if self.last_checkpoint is None:
+            return f"interrupted before the first checkpoint of {self.run_dir}; start it again to train it"
+        return (f"interrupted at once; the last checkpoint, {self.last_checkpoint}, is intact. Resume with: "
+                f"reluattn train --out {self.run_dir} --resume")
 
     def stopped(self, signum: int, done: int, total: int) -> TrainResult:
         name = signal.Signals(signum).name

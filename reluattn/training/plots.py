@@ -1,17 +1,17 @@
 """Pictures: training curves of runs (`reluattn plot`) and attention maps of one image
 (`reluattn attention`). Matplotlib's object API with the Agg canvas (no display, no global state);
-PNGs are written atomically (temporary file, then rename).
+PNGs are written atomically (a new temporary file, then a rename: files.py).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 
 import numpy as np
 
+from .files import write_atomically_with
 from .run_dir import METRICS, read_metrics, resolve_checkpoint
 
 
@@ -20,10 +20,9 @@ def _save(figure, output) -> Path:
     if output.suffix.lower() != ".png":
         raise ValueError(f"--output must name a .png file, got {output}")
     output.parent.mkdir(parents=True, exist_ok=True)
-    temporary = output.with_name(f".{output.name}.tmp")
-    figure.savefig(temporary, format="png", dpi=120, bbox_inches="tight")
-    os.replace(temporary, output)
-    return output
+    # A new temporary (never a planted file or symlink), renamed over `output` once the PNG is complete.
+    return write_atomically_with(output, lambda temporary: figure.savefig(temporary, format="png", dpi=120,
+                                                                          bbox_inches="tight"))
 
 
 # --------------------------------------------------------------------------------------- training curves

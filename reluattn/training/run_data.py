@@ -12,6 +12,7 @@ evaluation alike.
 
 from __future__ import annotations
 
+import hashlib
 import dataclasses
 from dataclasses import dataclass
 
@@ -52,6 +53,20 @@ def channel_statistics(images, chunk: int = 4096) -> tuple[list, list]:
     std = np.sqrt(np.maximum(squares / count - np.square(mean), 0.0))
     std = np.where(std > 1e-3, std, 1.0)  # a constant channel: leave its scale alone
     return [round(float(m), 4) for m in mean], [round(float(s), 4) for s in std]
+
+
+def data_fingerprint(*datasets) -> str:
+    """SHA-256 of the images, labels and class names of `datasets` (None entries count as absent): equal
+    fingerprints mean the same pixels in the same order with the same labels."""
+    digest = hashlib.sha256()
+    for dataset in datasets:
+        if dataset is None:
+            digest.update(b"none")
+            continue
+        digest.update(repr((dataset.images.shape, list(dataset.class_names))).encode())
+        digest.update(np.ascontiguousarray(dataset.images).data)
+        digest.update(np.ascontiguousarray(dataset.labels, dtype=np.int64).data)
+    return f"sha256:{digest.hexdigest()}"
 
 
 def upsample_images(images: np.ndarray, size: int | None) -> np.ndarray:
@@ -107,6 +122,7 @@ def load_run_data(config: TrainConfig, data=None, *, progress: bool = True) -> R
         "validation_split": validation_split,
         "mean": mean,                       # per channel, of pixel / 255: what normalisation subtracts
         "std": std,                         # and divides by (training and evaluation alike)
+        "fingerprint": data_fingerprint(train, validation),  # what --resume checks it continues on
     }
     return RunData(train, validation, description)
 

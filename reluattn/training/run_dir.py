@@ -10,17 +10,20 @@
         {"step", "epoch", "split": "train" | "val" | "test", "loss", "accuracy", "learning_rate",
          "images_per_s", "time"}
     <run>/summary.json     written at the end of a run (loop.py)
+    <run>/.reluattn.lock   the lock one `reluattn train` holds while it uses the folder (run_folder.py)
 
-Every checkpoint write goes to a temporary directory that is renamed into place only when complete, and
-LATEST is replaced atomically after that, so a crash at any instant leaves the previous checkpoint intact.
+Every checkpoint write goes to a new temporary directory (mkdtemp) that is renamed into place only when
+complete, and LATEST is replaced atomically after that (files.py), so a crash at any instant leaves the
+previous checkpoint intact; the next run removes what the crash left (run_folder.clean_leftovers). A
+checkpoint with a NaN or infinity in it is never written, and one found on resume is refused.
+Deleting an old checkpoint deletes only the four files reluattn wrote, then the folder if it is empty.
 The optimizer state is saved flat ({name: array}, `flatten_opt_state`) and restored against a fresh state
 from the backend's `init_optimizer` (`restore_opt_state`), so a saved state that does not fit the run is
 refused rather than half-loaded. In metrics.jsonl "step" counts the optimizer steps done and "time" is
 seconds of training since the run began (resumes included); train lines average the steps since the
 previous line, and "learning_rate" is the last one used.
 
-Resuming: `saved_train_config` reads the run's config back, and `check_resume` refuses a command that would
-change what the run computes.
+What resuming checks before it uses a checkpoint is in resume.py.
 """
 
 from __future__ import annotations
@@ -29,39 +32,20 @@ import errno
 import json
 import math
 import os
-import shutil
 import zipfile
 from pathlib import Path
 
 import numpy as np
 
 from ..params import flatten, unflatten
-from .config import TrainConfig, config_differences, train_config_from_dict
-
-CHECKPOINTS = "checkpoints"
-LATEST = "LATEST"
-FILES = ("config.json", "params.npz", "opt_state.npz", "state.json")
-METRICS = "metrics.jsonl"
-SUMMARY = "summary.json"
+from .files import append_line, fsync_dir, make_temporary_dir, write_atomically
+from .run_folder import CHECKPOINT_FILES as FILES, CHECKPOINTS, LATEST, METRICS, SUMMARY, remove_our_files
 
 
 # ------------------------------------------------------------------------------------------- checkpoints
 
 class CheckpointError(ValueError):
     """A checkpoint could not be written or read; the message says what to do."""
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _write_npz(path: Path, arrays: dict) -> None:
@@ -78,6 +62,12 @@ def _write_text(path: Path, text: str) -> None:
         os.fsync(handle.fileno())
 
 
+def non_finite_arrays(arrays: dict) -> list[str]:
+    """The names of the arrays in a flat {name: array} dict that hold a NaN or an infinity."""
+    return [name for name, array in arrays.items()
+            if np.issubdtype(np.asarray(array).dtype, np.inexact) and not np.all(np.isfinite(array))]
+
+
 def save_checkpoint(run_dir, step: int, config: dict, params, opt_state: dict, state: dict,
                     keep: int = 3) -> Path:
     """Write checkpoint `step` under `run_dir` atomically and point LATEST at it; keep the newest `keep`.
@@ -88,31 +78,43 @@ def save_checkpoint(run_dir, step: int, config: dict, params, opt_state: dict, s
     root = Path(run_dir) / CHECKPOINTS
     name = f"step_{step:08d}"
     final = root / name
-    temporary = root / f".tmp-{name}-{os.getpid()}"
+    flat_params = flatten(params)
+    bad = non_finite_arrays(flat_params) + non_finite_arrays(opt_state)
+    if bad:  # never let a NaN checkpoint become "the last good one"
+        raise CheckpointError(f"refusing to save checkpoint {final}: {', '.join(bad[:3])} hold non-finite values")
+    temporary = None
     try:
         root.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(temporary, ignore_errors=True)
-        temporary.mkdir()
+        temporary = make_temporary_dir(root, f"tmp-{name}")
         _write_text(temporary / "config.json", json.dumps(config, indent=2, sort_keys=True))
-        _write_npz(temporary / "params.npz", flatten(params))
+        _write_npz(temporary / "params.npz", flat_params)
         _write_npz(temporary / "opt_state.npz", opt_state)
         _write_text(temporary / "state.json", json.dumps(dict(state, step=step), indent=2, sort_keys=True))
-        _fsync_dir(temporary)
-        if final.exists():  # re-saving the same step (e.g. after a resume): swap the old one out first
-            shutil.rmtree(final)
+        fsync_dir(temporary)
+        # Re-saving the same step (e.g. after a resume): swap the old one out first, deleting only our files.
+        if (final.exists() or final.is_symlink()) and not remove_our_files(final):
+            raise CheckpointError(f"{final} holds files reluattn did not write "
+                                  f"({', '.join(sorted(p.name for p in final.iterdir())[:3])}); move them away")
         os.rename(temporary, final)
-        _fsync_dir(root)
-        _write_text(root / f".{LATEST}.tmp", name)
-        os.replace(root / f".{LATEST}.tmp", root / LATEST)
-        _fsync_dir(root)
+        fsync_dir(root)
+        write_atomically(root / LATEST, name)
     except OSError as error:
-        shutil.rmtree(temporary, ignore_errors=True)
+        if temporary is not None:
+            remove_our_files(temporary)
         reason = "the disk is full" if error.errno == errno.ENOSPC else (error.strerror or str(error))
         raise CheckpointError(f"could not write checkpoint {final}: {reason}; free space or choose another "
                               f"--out (earlier checkpoints are intact)") from None
-    for old in list_checkpoints(run_dir)[:-keep] if keep else []:
-        shutil.rmtree(old, ignore_errors=True)
+    if keep:
+        _prune(root, {path.name for path in list_checkpoints(run_dir)[-keep:]}, name)
     return final
+
+
+def _prune(root: Path, kept: set, newest: str) -> None:
+    """Delete the checkpoints older than `newest` that are not `kept`, complete or not (a kill during an
+    earlier pruning leaves a checkpoint with some of its files gone)."""
+    for path in root.glob("step_*"):
+        if path.name not in kept and path.name < newest:
+            remove_our_files(path)
 
 
 def list_checkpoints(run_dir) -> list[Path]:
@@ -206,30 +208,27 @@ class MetricsLog:
         if not self.path.exists():
             return
         kept = [record for record in read_metrics(self.path) if record["step"] <= step]
-        temporary = self.path.with_name(f".{METRICS}.tmp")
-        with open(temporary, "w") as handle:
-            handle.writelines(json.dumps(record) + "\n" for record in kept)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, self.path)
+        write_atomically(self.path, "".join(json.dumps(record) + "\n" for record in kept))
 
     def append(self, record: dict) -> None:
-        clean = {key: (None if isinstance(value, float) and not math.isfinite(value) else value)
-                 for key, value in record.items()}
-        with open(self.path, "a") as handle:
-            handle.write(json.dumps(clean) + "\n")
-            handle.flush()
+        append_line(self.path, json.dumps(_finite_or_none(record), allow_nan=False))
+
+
+def _finite_or_none(value):
+    """`value` with every NaN or infinity, however deeply nested, replaced by None (JSON has no NaN)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite_or_none(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_or_none(item) for item in value]
+    return value
 
 
 def write_summary(run_dir, summary: dict) -> Path:
     """Write `<run>/summary.json` atomically (a temporary file in the run directory, then a rename)."""
-    path = Path(run_dir) / SUMMARY
-    temporary = path.with_name(f".{path.name}.tmp")
-    with open(temporary, "w") as handle:
-        json.dump(summary, handle, indent=2, sort_keys=True)
-        handle.write("\n")
-    os.replace(temporary, path)
-    return path
+    return write_atomically(Path(run_dir) / SUMMARY, json.dumps(_finite_or_none(summary), indent=2, sort_keys=True,
+                                                                   allow_nan=False) + "\n")
 
 
 # ------------------------------------------------------------------------------------- optimizer states
@@ -281,46 +280,3 @@ def restore_opt_state(saved: dict, template, source="the checkpoint"):
     import jax
     leaves_with_paths, treedef = jax.tree_util.tree_flatten_with_path(template)
     return jax.tree_util.tree_unflatten(treedef, [arrays[_path_name(path)] for path, _ in leaves_with_paths])
-
-
-# ------------------------------------------------------------------------------------------------ resume
-
-def saved_train_config(run_dir) -> TrainConfig:
-    """The TrainConfig stored in a run's latest checkpoint (for --resume)."""
-    run_dir = Path(run_dir)
-    if not list_checkpoints(run_dir):
-        raise CheckpointError(f"{run_dir} holds no checkpoint to resume; run without --resume to start it "
-                              f"afresh, or check --out")
-    path = resolve_checkpoint(run_dir) / "config.json"
-    try:
-        data = json.loads(path.read_text())
-        return train_config_from_dict(data)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise CheckpointError(f"{path} does not parse ({error}); the checkpoint is corrupted — resume from an "
-                              f"earlier one or start a new run") from None
-    except ValueError as error:
-        raise CheckpointError(f"{path} is not a valid training config ({error}); the checkpoint is corrupted "
-                              f"or from another version") from None
-
-
-def check_resume(saved_config: dict, resolved: TrainConfig, description: dict, run_dir) -> None:
-    # Through the config classes, so that fields added since the run was saved take their defaults (what the
-    # older code did) instead of reading as differences.
-    saved = train_config_from_dict(saved_config).to_dict()
-    differences = config_differences(saved, resolved.to_dict())
-    saved_data = saved_config.get("data", {})
-    for name in ("class_names", "image_size", "channels", "num_train", "num_validation", "validation_split"):
-        if name in saved_data and saved_data[name] != description[name]:
-            differences.append(f"data.{name}: saved {_short(saved_data[name])}, now {_short(description[name])}")
-    if differences:
-        shown = "; ".join(differences[:5]) + (f"; and {len(differences) - 5} more" if len(differences) > 5 else "")
-        lengthened = any(d.split(":")[0] in ("steps", "epochs", "optimizer.total_steps") for d in differences)
-        why = (" (the learning-rate schedule is fixed by the run's length, so a run cannot be lengthened when "
-               "resumed)" if lengthened else "")
-        raise ValueError(f"cannot resume {run_dir}: this command differs from the saved run ({shown}){why}; drop "
-                         f"those flags to continue it, or start a new run with another --out")
-
-
-def _short(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."

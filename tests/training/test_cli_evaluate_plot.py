@@ -43,7 +43,7 @@ def test_evaluate_json_matches_a_direct_computation(runs, data, capsys):
     out = capsys.readouterr().out
     assert len(out.strip().splitlines()) == 1
     result = json.loads(out)
-    assert set(result) == {"accuracy", "loss", "n"}
+    assert set(result) == {"accuracy", "loss", "n", "error"} and result["error"] is None
     test = load_dataset(data, "test")  # the default split: the dataset has a test split
     accuracy, loss = direct_evaluation(relu, test.images, test.labels)
     assert result["n"] == len(test) == 18

@@ -8,14 +8,10 @@ import pytest
 
 from reluattn.cli import main
 from reluattn.training.run_dir import list_checkpoints, read_metrics, resolve_checkpoint
-from train_helpers import assert_bit_identical, final_arrays, tiny_args
+from train_helpers import assert_bit_identical, final_arrays, numpy_run, tiny_args
 from train_helpers import data, environment  # noqa: F401  (module fixtures)
 
 KEYS = {"step", "epoch", "split", "loss", "accuracy", "learning_rate", "images_per_s", "time"}
-
-
-def numpy_run(data, out, steps=8, **flags):
-    return tiny_args(data, out, steps=steps, **{"--backend": "numpy", **flags})
 
 
 def test_metrics_lines_and_summary(data, tmp_path, capsys):

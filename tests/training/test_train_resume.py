@@ -7,20 +7,11 @@ import signal
 import pytest
 
 from reluattn.training.run_dir import list_checkpoints, read_metrics
-from train_helpers import assert_bit_identical, final_arrays, make_folder_dataset, run_cli, tiny_args
+from train_helpers import assert_bit_identical, final_arrays, run_cli, tiny_args
+from train_helpers import cache, data  # noqa: F401  (module fixtures)
 
 # bfloat16 matmuls, crop, flip and mixup: every random and low-precision piece of the real recipe.
 RECIPE = {"--compute-dtype": "bfloat16", "--mixup": 0.4, "--seed": 3}
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return make_folder_dataset(tmp_path_factory.mktemp("folder"))
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("cache")
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,100 @@
+"""Writing files so that a crash, a full disk or a planted symlink never damages what is there.
+
+    write_atomically(path, text_or_bytes)   a new temporary file beside `path`, then os.replace
+    append_line(path, line)                  one line appended to a regular file (never through a symlink)
+    make_temporary_dir(folder, prefix)       a new, private directory in `folder` (tempfile.mkdtemp)
+
+Temporaries are made with `tempfile.mkstemp` / `mkdtemp`, which create a new name with O_CREAT | O_EXCL: a
+file or symlink planted under a predictable name is never opened, let alone written through. Every
+temporary's name is ".<target name>.<random>.tmp" (a directory's ".<prefix>-<random>.tmp"), so
+leftovers of a killed process are recognisable (run_folder.py cleans them). A failed write (a full disk, say) removes its temporary and raises an OSError that
+names the file it could not write.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import tempfile
+from pathlib import Path
+
+TEMPORARY_MARK = ".tmp"
+
+
+def _could_not_write(error: OSError, path) -> OSError:
+    """The same error, naming `path` (an OSError from write() names no file)."""
+    reason = "the disk is full" if error.errno == errno.ENOSPC else (error.strerror or str(error))
+    return OSError(error.errno, f"could not write {path}: {reason}")
+
+
+def fsync_dir(path) -> None:
+    """Make a rename inside `path` durable (where the file system supports it)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_atomically(path, content) -> Path:
+    """Replace `path` with `content` (str or bytes) all at once: a reader sees the old file or the new one."""
+    path = Path(path)
+    data = content.encode() if isinstance(content, str) else bytes(content)
+    temporary = None
+    try:
+        fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMPORARY_MARK, dir=path.parent)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except OSError as error:
+        if temporary is not None and os.path.lexists(temporary):
+            os.unlink(temporary)
+        raise _could_not_write(error, path) from None
+    fsync_dir(path.parent)
+    return path
+
+
+def write_atomically_with(path, write) -> Path:
+    """Like write_atomically, for writers that need a file name (`write(temporary_path)`, e.g. savefig)."""
+    path = Path(path)
+    temporary = None
+    try:
+        fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMPORARY_MARK, dir=path.parent)
+        os.close(fd)
+        write(temporary)
+        os.replace(temporary, path)
+    except OSError as error:
+        raise _could_not_write(error, path) from None
+    finally:
+        if temporary is not None and os.path.lexists(temporary):
+            os.unlink(temporary)
+    return path
+
+
+def append_line(path, line: str) -> None:
+    """Append `line` (no newline needed) to `path`, creating it; refuses to follow a symlink."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise OSError(error.errno, f"{path} is a symbolic link; reluattn writes only regular files it "
+                                       f"created", str(path)) from None
+        raise _could_not_write(error, path) from None
+    try:
+        os.write(fd, (line.rstrip("\n") + "\n").encode())
+    except OSError as error:
+        raise _could_not_write(error, path) from None
+    finally:
+        os.close(fd)
+
+
+def make_temporary_dir(folder, prefix: str) -> Path:
+    """A new, empty directory `folder/.<prefix>-XXXX.tmp` that no one else can have made or linked."""
+    return Path(tempfile.mkdtemp(prefix=f".{prefix}-", suffix=TEMPORARY_MARK, dir=folder))
