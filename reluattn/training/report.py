@@ -12,12 +12,14 @@ Means, spreads and the comparison behind the verdicts are in seed_statistics.py.
 from __future__ import annotations
 
 import csv
+import io
 import json
 from pathlib import Path
 
 import numpy as np
 
 from .experiments import EXPERIMENTS, cells_of
+from .files import write_atomically
 from .seed_statistics import LABEL_COLUMNS, aggregate
 
 VALUE_COLUMNS = ("best_val_accuracy", "final_val_accuracy", "fewshot_accuracy", "train_flops", "wall_time_s",
@@ -122,19 +124,17 @@ def write_report(experiment: str, out, *, scale: str | None = None) -> dict:
     rows = collect_rows(experiment, out)
     expected = len(cells_of(experiment, scale)) if scale else None
     table = out / "results.csv"
-    with open(table.with_name(".results.csv.tmp"), "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=COLUMNS, extrasaction="ignore")
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in COLUMNS})
-    table.with_name(".results.csv.tmp").replace(table)
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=COLUMNS, extrasaction="ignore")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in COLUMNS})
+    write_atomically(table, text.getvalue())
     summary = {"experiment": experiment, "claim": EXPERIMENTS[experiment].claim,
                "source": EXPERIMENTS[experiment].source, "scale": scale, "cells_expected": expected,
                "runs": len(rows), "runs_done": sum(r["status"] == "done" for r in rows),
                "runs_failed": [r["cell"] + f"/seed{r['seed']}" for r in rows if r["status"] == "failed"],
                "cells": aggregate(rows), "rows": rows}
-    tmp = out / ".results.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=1, sort_keys=True, default=str) + "\n")
-    tmp.replace(out / "results.json")
+    write_atomically(out / "results.json", json.dumps(summary, indent=1, sort_keys=True, default=str) + "\n")
     figure = FIGURES[EXPERIMENTS[experiment].figure](rows, out / f"{experiment}.png", experiment)
     return {"table": str(table), "json": str(out / "results.json"), "figure": str(figure) if figure else None}

@@ -8,6 +8,7 @@ import matplotlib
 matplotlib.use("Agg")  # figures are written to files; no screen needed
 import matplotlib.pyplot as plt  # noqa: E402
 
+from .files import write_atomically_with  # noqa: E402
 from .seed_statistics import aggregate  # noqa: E402
 
 
@@ -40,10 +41,8 @@ def _reference(ax, cells: dict, **where) -> None:
 def _save(fig, path, title: str):
     fig.suptitle(title)
     fig.tight_layout()
-    temporary = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(temporary, dpi=120)
+    write_atomically_with(path, lambda temporary: fig.savefig(temporary, format="png", dpi=120))
     plt.close(fig)
-    temporary.replace(path)
     return path
 
 

@@ -24,7 +24,6 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 
-from .sweep import CELL_RECORD, FEWSHOT, TRAIN_LOG
 
 LOCK = ".reluattn.lock"
 CHECKPOINTS = "checkpoints"
@@ -35,7 +34,11 @@ SUMMARY = "summary.json"
 RUN_FOLDER_NAMES = {LOCK, METRICS, SUMMARY, CHECKPOINTS}
 # What `reluattn sweep` keeps beside a run in a cell's folder (written before the run starts): a new run
 # neither reads nor writes them, so they do not stand in its way.
-COMPANION_NAMES = {CELL_RECORD, TRAIN_LOG, FEWSHOT, "config.json"}
+CELL_RECORD = "cell.json"    # the sweep's record of the cell: labels, command, status, machine
+TRAIN_LOG = "train.log"      # what the cell's training printed
+FEWSHOT = "fewshot.json"     # the cell's few-shot probe
+CONFIG_COPY = "config.json"  # a copy of the run's config, kept beside the logs
+COMPANION_NAMES = {CELL_RECORD, TRAIN_LOG, FEWSHOT, CONFIG_COPY}
 CHECKPOINT_FILES = ("config.json", "params.npz", "opt_state.npz", "state.json")
 # Temporaries reluattn makes in a run folder (files.py; older versions used ".<name>.tmp", ".tmp-step_N-PID").
 TEMPORARY_PREFIXES = (".metrics.jsonl.", ".summary.json.", ".LATEST.", ".tmp-step_")

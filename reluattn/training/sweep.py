@@ -21,7 +21,6 @@ import fnmatch
 import json
 import os
 import platform
-import shutil
 import signal
 import subprocess
 import sys
@@ -29,12 +28,11 @@ import time
 from pathlib import Path
 
 from .experiments import EXPERIMENTS, FEWSHOT_SHOTS, cells_of, train_arguments
+from .files import write_atomically
+from .run_folder import CELL_RECORD, CONFIG_COPY, FEWSHOT, TRAIN_LOG, remove_our_files
 
-CELL_RECORD = "cell.json"
-TRAIN_LOG = "train.log"
-FEWSHOT = "fewshot.json"
 # What a run directory may hold before its first checkpoint; a cell restarted from scratch removes only these.
-RESTARTABLE_FILES = ("metrics.jsonl", "summary.json", TRAIN_LOG, CELL_RECORD, FEWSHOT, "config.json")
+RESTARTABLE_FILES = ("metrics.jsonl", "summary.json", TRAIN_LOG, CELL_RECORD, FEWSHOT, CONFIG_COPY)
 
 
 def machine_description() -> str:
@@ -51,10 +49,7 @@ def machine_description() -> str:
 
 
 def write_json_atomically(path: Path, data) -> None:
-    """Write JSON to a temporary file beside `path`, then rename it into place."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    os.replace(temporary, path)
+    write_atomically(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def read_cell_record(run_dir: Path) -> dict | None:
@@ -158,9 +153,9 @@ def _keep_only_the_final_checkpoint(run_dir: Path) -> None:
     checkpoints = run_dir / "checkpoints"
     latest = (checkpoints / "LATEST").read_text().strip()
     for folder in checkpoints.glob("step_*"):
-        if folder.name != latest and folder.is_dir():
-            shutil.rmtree(folder)
-    shutil.copyfile(checkpoints / latest / "config.json", run_dir / "config.json")
+        if folder.name != latest:
+            remove_our_files(folder)  # the checkpoint files reluattn wrote, nothing else
+    write_atomically(run_dir / CONFIG_COPY, (checkpoints / latest / "config.json").read_bytes())
 
 
 def _fewshot(run_dir: Path, data: str | None) -> int:
