@@ -10,19 +10,21 @@ coordinates ("kind", "alpha", "tokens", ...), trained once per seed. A scale set
     cpu     the 2-core CPU budget: each experiment <= 90 minutes with 2 seeds (arithmetic below);
     gpu     one GPU: the full 45,000 training images, wider models, longer runs.
 
-CPU budget arithmetic (2-core AMD EPYC, jax 0.10, bfloat16 matmuls). The cpu base model is ViT 64 wide,
-4 deep, 2 heads, MLP 128, batch 128, trained 4 epochs on 20,000 images (625 steps) with 5,000 held out.
-A patch-4 run (65 tokens) takes about 50 s of training and ~10 s of start-up (import, compile, loading
-the decoded-image cache); patch 8 (17 tokens) about 4x less training time. Per experiment, 2 seeds:
-    alpha-sweep      62 cells (6 h x 5 alpha x 2 lengths + softmax x 2) x 2 = 124 runs,
-                     62 x ~60 s + 62 x ~22 s ~ 85 min
-    scaling          3 sizes x 2 kinds x 2 = 12 runs; widths 48/64/96 span ~11x FLOPs; ~ 35 min
-    qk-norm-and-gate 16 cells + softmax = 17 x 2 = 34 runs x ~65 s ~ 37 min
-    kv-memory        3 activations x 5 widths (64 ... 1024) x 2 = 30 runs, ~ 40 min
-    long-sequence    4 methods x 3 lengths (17, 65, 257 tokens) x 2 = 24 runs; 257 tokens costs ~5x 65;
-                     3 epochs on 10,000 images at every length ~ 60 min
+CPU budget arithmetic (2-core CPU). The cpu base model is ViT 64 wide, 4 deep, 2 heads, MLP 128, batch 128,
+trained 4 epochs on 20,000 images (625 steps) with 5,000 held out. The estimate below starts from the one
+figure we have for that recipe -- a patch-4 run (65 tokens) takes about 50 s on a 2-core AMD EPYC, as the
+reproduction issue reports -- plus ~10 s of start-up per run (import, compile, loading the decoded-image
+cache), and scales by tokens (patch 8, 17 tokens: about 4x less work). These are ESTIMATES, not
+measurements; each sweep's results table records the measured wall time of every run (on the 2-core AMD
+EPYC of the first sweep, under load from other jobs, a patch-8 run took ~250 s: see docs/reproduction.md).
+Per experiment, 2 seeds:
+    alpha-sweep      62 cells (6 h x 5 alpha x 2 lengths + softmax x 2) x 2 = 124 runs ~ 85 min
+    scaling          3 sizes x 2 kinds x 2 = 12 runs; widths 48/64/96 span ~10x FLOPs per image ~ 35 min
+    qk-norm-and-gate 16 cells + softmax = 17 x 2 = 34 runs ~ 37 min
+    kv-memory        3 activations x 5 widths (64 ... 1024) x 2 = 30 runs ~ 40 min
+    long-sequence    4 methods x 3 lengths (17, 65, 257 tokens) x 2 = 24 runs at 3 epochs on 10,000 images;
+                     257 tokens costs ~5x 65 ~ 60 min
     learned-alpha    3 starts x 2 lengths x 2 = 12 runs ~ 10 min
-(The measured wall times of each sweep are in its results table and on docs/reproduction.md.)
 """
 
 from __future__ import annotations
