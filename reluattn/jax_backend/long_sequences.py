@@ -7,7 +7,7 @@ its dense core, heads_attention, through its weights_function argument), and the
 AttentionConfig.impl == "blocked".
 
 Causal attention: query i reads keys j <= i only, and its L is its own i + 1 visible keys
-(causal_length="per_query", ReLUFormer's choice) or all L ("global"); softmax is just masked.
+(causal_length="per_query"; ReLUFormer's choice in a secondary reading of Shen et al.) or all L ("global"); softmax is just masked.
 
 Blocked attention: the same output as the dense core, computed one (query block x key block) tile at a
 time with a backward that recomputes each tile's scores; the algorithm is the NumPy twin's

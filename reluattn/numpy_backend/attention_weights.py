@@ -1,7 +1,7 @@
 """Attention weights from scores, for every kind, with their backward (shapes: legend in __init__.py).
 
     softmax:       w = softmax_j(s)                   (alpha and scale are ignored)
-    sigmoid_bias:  w = scale * sigmoid(s - log L)     (alpha is ignored)
+    sigmoid_bias:  w = scale * sigmoid(s - log L)     (alpha is ignored; Ramapuram et al. 2024, neither paper)
     point-wise:    w = scale * L^(-alpha) * h(s)      h in relu, relu2, gelu, softplus, sigmoid, relu6, identity
 
 L is the number of keys (the last axis of the scores). With h = relu and alpha = 1 this is ReLU / L

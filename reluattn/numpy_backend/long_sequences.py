@@ -5,7 +5,7 @@ calls in here (the causal weights go into its dense core, heads_attention_forwar
 their weights_forward / weights_backward arguments); the ViT never does.
 
 Causal attention: query i reads keys j <= i only, and its L is its own i + 1 visible keys
-(causal_length="per_query", ReLUFormer's choice) or all L ("global"). Hidden keys get weight 0; softmax
+(causal_length="per_query"; ReLUFormer's choice in a secondary reading of Shen et al.) or all L ("global"). Hidden keys get weight 0; softmax
 renormalises over the visible ones.
 
 Blocked attention: the dense core holds the whole (B, H, T, L) weight array. Walking the keys in blocks
