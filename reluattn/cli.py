@@ -12,6 +12,7 @@ import json
 import os
 import sys
 import traceback
+import warnings
 
 from . import BACKENDS
 from .config import ATTENTION_IMPLS, ATTENTION_KINDS, GATE_ACTIVATIONS, MLP_ACTIVATIONS, POOLS
@@ -304,11 +305,26 @@ COMMANDS = {"train": _command_train, "evaluate": _command_evaluate, "plot": _com
             "attention": _command_attention, "sweep": _command_sweep}
 
 
+def _one_line_data_warnings(previous):
+    """A showwarning that prints a data notice (reluattn.data.DataWarning) as one line on stderr and hands
+    every other warning to `previous`."""
+    from .data import DataWarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, DataWarning):
+            print(f"{PROG}: warning: {_one_line(message)}", file=file or sys.stderr)
+        else:
+            previous(message, category, filename, lineno, file, line)
+    return show
+
+
 def main(argv=None) -> int:
     """Run one command; returns the exit code (0 success, 1 bad input/failure, 2 usage, 130/143 signals)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     argv = [arg for arg in argv if arg != "--debug"]
+    previous_show_warning = warnings.showwarning
+    warnings.showwarning = _one_line_data_warnings(previous_show_warning)
     try:
         args = build_parser().parse_args(argv)
         return COMMANDS[args.command](args)
@@ -336,6 +352,8 @@ def main(argv=None) -> int:
               f"traceback and report it)", file=sys.stderr)
         traceback.clear_frames(error.__traceback__)
         return 1
+    finally:
+        warnings.showwarning = previous_show_warning
 
 
 def _one_line(error: BaseException) -> str:

@@ -149,3 +149,19 @@ def test_resume_with_another_preset(capsys, trained, data):
 def test_debug_shows_the_traceback(data, tmp_path):
     with pytest.raises(ValueError, match="does not exist"):
         main(["--debug"] + tiny_args(tmp_path / "missing.tar.gz", tmp_path / "run"))
+
+
+def test_a_data_notice_is_one_line_on_the_command_line(capsys):
+    import warnings
+
+    from reluattn.cli import _one_line_data_warnings
+    from reluattn.data import DataWarning
+    others = []
+    show = _one_line_data_warnings(lambda *args: others.append(args[1]))
+    show(DataWarning("the cached images do not match\n  the hash stored with them; decoding again"), DataWarning,
+         "/somewhere/cache.py", 12)
+    show(UserWarning("something else"), UserWarning, "x.py", 1)
+    assert capsys.readouterr().err == ("reluattn: warning: the cached images do not match the hash stored with "
+                                       "them; decoding again\n")
+    assert others == [UserWarning]
+    assert warnings.showwarning is not show  # main() installs it only while a command runs
