@@ -6,6 +6,7 @@ Two levels, as in the NumPy twin:
       s = q.k / sqrt(Dh),  w = attention_weights(s) (attention_weights.py),  o = w v
   self_attention(x, params, attn_cfg, heads)         the layer of a ViT block:
       fused qkv dense -> optional qk-LayerNorm -> core -> heads concatenated -> optional gate -> proj
+      (the gate: o = attn_out * phi(x W_g + b_g), phi = silu or identity, AttentionConfig.gate_activation)
 
 Layout: tokens-first (B, T, H, Dh) here, heads-first (B, H, T, Dh) in NumPy: an einsum names its axes,
 so XLA picks the layout, while NumPy's batched matmul needs the batch axes (B, H) in front.
@@ -100,6 +101,8 @@ def self_attention(x, params, attn_cfg, heads, compute_dtype=None, fast=False, r
     out, weights = core_attention(q, k, v, attn_cfg, compute_dtype, fast, return_weights)  # (B, T, H, Dh)
     out = out.reshape(batch, tokens, dim)  # (B, T, D), heads concatenated in order
     if attn_cfg.gated:
-        # Gated attention unit (Hua et al. 2022): the block's normalised input decides what passes.
-        out = out * silu(dense(x, params["gate"], compute_dtype, fast))  # (B, T, D)
+        # The block's normalised input decides what passes: phi = silu as in the gated attention unit (Hua et
+        # al. 2022), or identity, Wortsman et al.'s (2023) "extra projection" taken literally.
+        gate = dense(x, params["gate"], compute_dtype, fast)  # (B, T, D)
+        out = out * (silu(gate) if attn_cfg.gate_activation == "silu" else gate)  # (B, T, D)
     return dense(out, params["proj"], compute_dtype, fast), weights  # (B, T, D)

@@ -5,6 +5,7 @@ Two levels:
       s = q.k / sqrt(Dh),  w = weights(s) (attention_weights.py),  o = w v
   self_attention_forward(x, params, attn_cfg, heads)  the layer of a ViT block:
       fused qkv dense -> optional qk-LayerNorm -> core -> heads concatenated -> optional gate -> proj
+      (the gate: o = attn_out * phi(x W_g + b_g), phi = silu or identity, AttentionConfig.gate_activation)
 
 Inside, heads stay on their own axis next to the batch, (B, H, T, Dh), so every product is one batched
 matmul over (B, H); there are no Python loops over tokens or heads.
@@ -95,9 +96,9 @@ def attention(q, k, v, attn_cfg, *, impl=None, block_size=None, causal=False, ca
 
 class GateCache(NamedTuple):
     ungated: np.ndarray  # (B, T, D) the concatenated heads before the gate
-    gate: np.ndarray     # (B, T, D) silu(x W_g + b_g)
+    gate: np.ndarray     # (B, T, D) phi(x W_g + b_g)
     dense: DenseCache
-    silu: SiluCache
+    silu: SiluCache | None  # None when gate_activation is "identity"
 
 
 class SelfAttentionCache(NamedTuple):
@@ -127,9 +128,12 @@ def self_attention_forward(x, params, attn_cfg, heads):
     concat = heads_out.transpose(0, 2, 1, 3).reshape(batch, tokens, dim)  # (B, T, D), heads in order
     gate_cache = None  # nothing cached when there is no gate
     if attn_cfg.gated:
-        # Gated attention unit (Hua et al. 2022): the block's normalised input decides what passes.
+        # The block's normalised input decides what passes: phi = silu as in the gated attention unit (Hua et
+        # al. 2022), or identity, Wortsman et al.'s (2023) "extra projection" taken literally.
         gate_logits, gate_dense_cache = dense_forward(x, params["gate"])  # (B, T, D)
-        gate, gate_silu_cache = silu_forward(gate_logits)  # (B, T, D)
+        gate, gate_silu_cache = gate_logits, None  # identity: the projection itself
+        if attn_cfg.gate_activation == "silu":
+            gate, gate_silu_cache = silu_forward(gate_logits)  # (B, T, D)
         gate_cache = GateCache(concat, gate, gate_dense_cache, gate_silu_cache)
         concat = concat * gate  # (B, T, D)
     out, proj_cache = dense_forward(concat, params["proj"])  # (B, T, D)
@@ -147,10 +151,10 @@ def self_attention_backward(dout, cache, attn_cfg, heads):
     dx = 0.0
     if attn_cfg.gated:
         ungated, gate, gate_dense_cache, gate_silu_cache = gate_cache
-        # Differentiates concat = ungated * gate, then gate = silu(dense(x, gate)).
+        # Differentiates concat = ungated * gate, then gate = phi(dense(x, gate)).
         dgate = dconcat * ungated  # (B, T, D)
         dconcat = dconcat * gate  # (B, T, D)
-        dgate_logits = silu_backward(dgate, gate_silu_cache)  # (B, T, D)
+        dgate_logits = dgate if gate_silu_cache is None else silu_backward(dgate, gate_silu_cache)  # (B, T, D)
         dx, grads["gate"] = dense_backward(dgate_logits, gate_dense_cache)  # (B, T, D)
     # Differentiates concat = heads_out transposed and reshaped: undo both.
     dheads_out = dconcat.reshape(batch, tokens, heads, dim // heads).transpose(0, 2, 1, 3)  # (B, H, T, Dh)
