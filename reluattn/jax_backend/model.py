@@ -89,7 +89,10 @@ def loss_terms(params, images, labels, cfg: ViTConfig, label_smoothing=0.0, comp
     """(loss, (logits, terms)): the loss, the mean softmax cross-entropy plus reg_weight * R when
     cfg.attention.reg_weight > 0, and its terms {"cross_entropy", "attention_regulariser"} (else {})."""
     reg_weight = cfg.attention.reg_weight
-    logits, weights = forward(params, images, cfg, compute_dtype, return_attention=reg_weight > 0, fast=fast)
+    if reg_weight == 0:  # the weights are not needed
+        logits = forward(params, images, cfg, compute_dtype, fast=fast)  # (B, K)
+    else:
+        logits, weights = forward(params, images, cfg, compute_dtype, return_attention=True, fast=fast)
     targets = targets_from_labels(jnp.asarray(labels), cfg.num_classes, label_smoothing, logits.dtype)  # (B, K)
     loss = cross_entropy(logits, targets)
     if reg_weight == 0:
