@@ -90,7 +90,7 @@ def block_forward(x, params, cfg):
     return x + mixed, weights, BlockCache(ln1_cache, attn_cache, ln2_cache, mlp_cache)
 
 
-def block_backward(dout, cache, cfg, *, extra_dweights=None):
+def block_backward(dout, cache, cfg, extra_dweights=None):
     """Returns (dx (B, T, D), grads {"ln1", "attn", "ln2", "mlp"}). extra_dweights (B, H, T, T): the
     regulariser's gradient on this block's attention weights, or None."""
     ln1_cache, attn_cache, ln2_cache, mlp_cache = cache
@@ -123,7 +123,7 @@ def forward(params, images, cfg):
     return logits, attention_weights, ModelCache(embed_cache, block_caches, ln_f_cache, head_cache)
 
 
-def backward(dlogits, cache, cfg, *, extra_dweights=None):
+def backward(dlogits, cache, cfg, extra_dweights=None):
     """Returns the gradients of every parameter, in the same tree as the parameters. extra_dweights: one
     (B, H, T, T) array per block, the regulariser's gradient on the attention weights, or None."""
     embed_cache, block_caches, ln_f_cache, head_cache = cache

@@ -19,7 +19,6 @@ with the same values (the JAX backend honours it; the NumPy reference does not n
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import NamedTuple
 
@@ -54,7 +53,7 @@ def heads_attention_forward(q, k, v, attn_cfg, weights_forward=attention_weights
     return out, weights, AttentionCoreCache(q, k, v, weights, weights_cache)
 
 
-def heads_attention_backward(dout, cache, attn_cfg, weights_backward=attention_weights_backward, *,
+def heads_attention_backward(dout, cache, attn_cfg, weights_backward=attention_weights_backward,
                              extra_dweights=None):
     """Returns (dq (B, H, T, Dh), dk (B, H, L, Dh), dv (B, H, L, Dh)). weights_backward: the backward of
     the forward's weights_forward. extra_dweights (B, H, T, L): the gradient of a loss term on the weights
@@ -136,9 +135,10 @@ def self_attention_forward(x, params, attn_cfg, heads):
         # LayerNorm over Dh per token and head, scale (Dh,) shared by the heads, no bias (ViT-22B).
         q, q_norm_cache = layernorm_forward(q, params["q_norm"])  # (B, H, T, Dh)
         k, k_norm_cache = layernorm_forward(k, params["k_norm"])  # (B, H, T, Dh)
-    weights_forward = attention_weights_forward  # the learned length factor's weights when there is one
-    if attn_cfg.learned_length:
-        weights_forward = functools.partial(learned_attention_weights_forward, length=params["length"])
+    weights_forward = attention_weights_forward
+    if attn_cfg.learned_length:  # the weights with this block's learned length factor
+        def weights_forward(scores, attn_cfg):
+            return learned_attention_weights_forward(scores, attn_cfg, params["length"])
     heads_out, weights, core_cache = heads_attention_forward(q, k, v, attn_cfg, weights_forward)  # (B, H, T, Dh)
     concat = heads_out.transpose(0, 2, 1, 3).reshape(batch, tokens, dim)  # (B, T, D), heads in order
     gate_cache = None  # nothing cached when there is no gate
@@ -156,7 +156,7 @@ def self_attention_forward(x, params, attn_cfg, heads):
     return out, weights, cache
 
 
-def self_attention_backward(dout, cache, attn_cfg, heads, *, extra_dweights=None):
+def self_attention_backward(dout, cache, attn_cfg, heads, extra_dweights=None):
     """Returns (dx (B, T, D), grads of the layer's parameters {"qkv", "proj", ["q_norm", "k_norm"], ["gate"],
     ["length"]}). extra_dweights (B, H, T, T): the regulariser's gradient on the weights, or None."""
     qkv_cache, q_norm_cache, k_norm_cache, core_cache, gate_cache, proj_cache = cache
