@@ -88,6 +88,8 @@ def attention(q, k, v, attn_cfg, *, impl=None, block_size=None, causal=False, ca
     with L = i + 1 (causal_length="per_query") or L ("global") in L^-alpha and log L. With
     `return_weights=True` returns `(output, weights)`, weights (B, H, L, L). fast=True: the matmuls of
     jax_backend/fast/. Accepts NumPy or JAX arrays; returns JAX arrays. Differentiable either way.
+    A config with learn_alpha / learn_scale is refused (the learned factor is a ViT block's parameters);
+    reg_weight is a term of the model's loss, which the core does not compute.
     """
     impl = check_attention_options(attn_cfg, impl, block_size, causal, causal_length)
     check_attention_shapes(q, k, v)

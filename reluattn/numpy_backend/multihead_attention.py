@@ -85,7 +85,9 @@ def attention(q, k, v, attn_cfg, *, impl=None, block_size=None, causal=False, ca
 
     impl: "dense" or "blocked" (default attn_cfg.impl); block_size: keys per block (default
     attn_cfg.block_size, else long_sequences.DEFAULT_BLOCK_SIZE). causal=True: query i sees keys j <= i, and
-    the L of L^-alpha (and of sigmoid_bias's log L) is i + 1 (causal_length="per_query") or L ("global")."""
+    the L of L^-alpha (and of sigmoid_bias's log L) is i + 1 (causal_length="per_query") or L ("global").
+    A config with learn_alpha / learn_scale is refused (the learned factor is a ViT block's parameters);
+    reg_weight is a term of the model's loss, which the core does not compute."""
     impl = check_attention_options(attn_cfg, impl, block_size, causal, causal_length)
     block_size = block_size or attn_cfg.block_size or DEFAULT_BLOCK_SIZE
     check_attention_shapes(q, k, v)
