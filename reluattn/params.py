@@ -158,6 +158,16 @@ def decay_mask(params) -> dict:
     return unflatten({path: path.rsplit("/", 1)[-1] == "w" for path in flat})
 
 
+def learned_length(params) -> dict | None:
+    """The learned length factor of every block, for logging: {"alpha": (depth, H), "log_scale": (depth, H)}
+    as float64 NumPy arrays (ReLUFormer's gamma is exp(-log_scale)), or None when the blocks have none."""
+    blocks = [block["attn"].get("length") for block in params["blocks"]]
+    if any(length is None for length in blocks):
+        return None
+    return {name: np.stack([np.asarray(length[name], dtype=np.float64) for length in blocks])
+            for name in ("alpha", "log_scale")}
+
+
 def check_params(params, cfg: ViTConfig) -> None:
     """Raise ValueError naming every leaf that is missing, unexpected or of the wrong shape for `cfg`."""
     if not isinstance(params, dict):

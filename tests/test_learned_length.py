@@ -17,7 +17,7 @@ from jax_testing import compiling, random_batch, random_params, relative_error
 from reluattn.config import AttentionConfig, ViTConfig
 from reluattn.numpy_backend import attention_weights, multihead_attention
 from reluattn.numpy_backend.attention_weights import learned_attention_weights_forward
-from reluattn.params import decay_mask, flatten, init_params, param_shapes
+from reluattn.params import decay_mask, flatten, init_params, learned_length, param_shapes
 from test_numpy_model import check_model_gradients
 
 nb, jb = ra.backend("numpy"), ra.backend("jax")
@@ -45,6 +45,10 @@ def test_parameters_exist_start_at_the_fixed_factor_and_are_not_decayed(learn_al
                                                            if key != "length"}} for block in params["blocks"]]}
     np.testing.assert_allclose(nb.apply(params, images, cfg), nb.apply(fixed_params, images, fixed), rtol=1e-12)
     assert "length" not in param_shapes(fixed)["blocks"][0]["attn"]
+    assert learned_length(fixed_params) is None
+    values = learned_length(params)
+    np.testing.assert_array_equal(values["alpha"], np.full((2, 2), 0.75))
+    np.testing.assert_array_equal(values["log_scale"], np.zeros((2, 2)))
 
 
 @pytest.mark.parametrize("learn_alpha, learn_scale", [(True, False), (False, True), (True, True)])
