@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .config import ATTENTION_IMPLS, AttentionConfig, ViTConfig
+from .config import ATTENTION_IMPLS, KINDS_WITH_SIGNED_WEIGHTS, AttentionConfig, ViTConfig
 from .params import check_params, flatten
 
 CAUSAL_LENGTHS = ("per_query", "global")  # the L of causal query i: its own i + 1 visible keys, or all L
@@ -86,6 +86,10 @@ def check_attention_options(attn_cfg, impl, block_size, causal, causal_length) -
     causal_length). Returns impl, with None meaning attn_cfg.impl (block_size None: the backend's default)."""
     if not isinstance(attn_cfg, AttentionConfig):
         raise ValueError(f"attn_cfg must be an AttentionConfig, got {type(attn_cfg).__name__}")
+    if attn_cfg.learned_length:
+        raise ValueError("attention(q, k, v, attn_cfg) takes a fixed alpha and scale; the learned length factor "
+                         "(learn_alpha / learn_scale) lives in a ViT's parameters (attn.length): pass "
+                         "attn_cfg.replace(learn_alpha=False, learn_scale=False)")
     impl = attn_cfg.impl if impl is None else impl
     if impl not in ATTENTION_IMPLS:
         raise ValueError(f"impl must be one of {', '.join(ATTENTION_IMPLS)}; got {impl!r}")
@@ -97,6 +101,13 @@ def check_attention_options(attn_cfg, impl, block_size, causal, causal_length) -
     if causal_length not in CAUSAL_LENGTHS:
         raise ValueError(f"causal_length must be one of {', '.join(CAUSAL_LENGTHS)}; got {causal_length!r}")
     return impl
+
+
+def check_regulariser_kind(attn_cfg) -> None:
+    """The attention regulariser reads log row sums and entropies: it needs non-negative weights."""
+    if attn_cfg.kind in KINDS_WITH_SIGNED_WEIGHTS:
+        raise ValueError(f"the attention regulariser needs non-negative weights; kind {attn_cfg.kind!r} can give "
+                         f"negative ones")
 
 
 def check_attention_shapes(q, k, v) -> None:

@@ -45,6 +45,8 @@ ATTENTION_IMPLS = ("dense", "blocked")
 GATE_ACTIVATIONS = ("silu", "identity")
 # Kinds whose weights do not use alpha and scale, so a learned alpha or scale would have nothing to act on.
 KINDS_WITHOUT_LENGTH_FACTOR = ("softmax", "sigmoid_bias")
+# Kinds whose weights can be negative, where the attention regulariser's log row sum and entropy are undefined.
+KINDS_WITH_SIGNED_WEIGHTS = ("gelu", "identity")
 
 
 def _check_int(owner: str, name: str, value, minimum: int = 1) -> None:
@@ -142,11 +144,22 @@ class AttentionConfig(_JsonConfig):
         if (self.learn_alpha or self.learn_scale) and self.kind in KINDS_WITHOUT_LENGTH_FACTOR:
             raise ValueError(f"AttentionConfig.learn_alpha / learn_scale need a kind that uses alpha and scale; "
                              f"{self.kind!r} ignores them")
+        if self.reg_weight > 0 and self.kind in KINDS_WITH_SIGNED_WEIGHTS:
+            raise ValueError(f"AttentionConfig.reg_weight > 0 needs non-negative weights (log row sums, entropies); "
+                             f"kind {self.kind!r} can give negative ones")
+        if self.reg_weight > 0 and self.impl != "dense":
+            raise ValueError("AttentionConfig.reg_weight > 0 needs impl='dense': the blocked kernel never holds the "
+                             "rows of weights whose sums and entropies the regulariser reads")
         # Store plain floats so that equal configs hash equally (1 and 1.0 alike) and JSON round-trips.
         object.__setattr__(self, "alpha", float(self.alpha))
         object.__setattr__(self, "scale", float(self.scale))
         object.__setattr__(self, "reg_weight", float(self.reg_weight))
         object.__setattr__(self, "entropy_margin", float(self.entropy_margin))
+
+    @property
+    def learned_length(self) -> bool:
+        """True when the blocks hold learned length parameters (attn.length.alpha and .log_scale)."""
+        return self.learn_alpha or self.learn_scale
 
 
 @dataclass(frozen=True)

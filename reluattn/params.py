@@ -15,6 +15,8 @@ Initialisation (also in docs/initialisation.md):
   cls_token              zeros
   every bias             zeros
   every LayerNorm scale, q_norm/k_norm scale   ones
+  length.alpha (H,)      AttentionConfig.alpha     (the learned length factor starts as the fixed one)
+  length.log_scale (H,)  zeros
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ def param_shapes(cfg: ViTConfig) -> dict:
             attn["k_norm"] = {"scale": (dh,)}
         if cfg.attention.gated:
             attn["gate"] = dense(d, d)
+        if cfg.attention.learned_length:
+            attn["length"] = {"alpha": (cfg.heads,), "log_scale": (cfg.heads,)}
         mlp = {"fc1": dense(d, m), "fc2": dense(m, d)}
         if cfg.mlp_activation == "softmax_ln":
             mlp["ln"] = norm(d)
@@ -68,6 +72,10 @@ def init_params(cfg: ViTConfig, seed: int = 0, dtype=np.float32) -> dict:
             return np.zeros(shape)
         if name == "scale":
             return np.ones(shape)
+        if name == "alpha":  # the learned length exponent starts at the configured one
+            return np.full(shape, cfg.attention.alpha)
+        if name == "log_scale":  # exp(0) = 1: the learned factor starts as the fixed one
+            return np.zeros(shape)
         if path == "pos_embed" or path == "head/w":
             return rng.normal(0.0, 0.02, shape)
         if path == "patch_embed/w":
@@ -148,6 +156,16 @@ def decay_mask(params) -> dict:
     the position embedding or the class token). Both backends' optimizers use this one rule."""
     flat = flatten(params)
     return unflatten({path: path.rsplit("/", 1)[-1] == "w" for path in flat})
+
+
+def learned_length(params) -> dict | None:
+    """The learned length factor of every block, for logging: {"alpha": (depth, H), "log_scale": (depth, H)}
+    as float64 NumPy arrays (ReLUFormer's gamma is exp(-log_scale)), or None when the blocks have none."""
+    blocks = [block["attn"].get("length") for block in params["blocks"]]
+    if any(length is None for length in blocks):
+        return None
+    return {name: np.stack([np.asarray(length[name], dtype=np.float64) for length in blocks])
+            for name in ("alpha", "log_scale")}
 
 
 def check_params(params, cfg: ViTConfig) -> None:

@@ -11,7 +11,8 @@ import numpy as np
 from hypothesis import Phase, settings
 from hypothesis import strategies as st
 
-from reluattn.config import ATTENTION_KINDS, MLP_ACTIVATIONS, POOLS, AttentionConfig, OptimizerConfig, ViTConfig
+from reluattn.config import (ATTENTION_KINDS, GATE_ACTIVATIONS, KINDS_WITH_SIGNED_WEIGHTS, KINDS_WITHOUT_LENGTH_FACTOR,
+                             MLP_ACTIVATIONS, POOLS, AttentionConfig, OptimizerConfig, ViTConfig)
 from reluattn.params import flatten, init_params, unflatten
 
 # For properties that compile: no deadline (compilation is slow and uneven) and no shrinking (each shrink
@@ -40,15 +41,25 @@ def assert_trees_close(actual, expected, tolerance, what="tree"):
 
 @st.composite
 def attention_configs(draw, kinds=ATTENTION_KINDS, impls=("dense", "blocked")):
+    """Every attention option; the learned length factor only where the kind has one, the regulariser
+    only on non-negative weights with impl="dense" (what AttentionConfig accepts)."""
     impl = draw(st.sampled_from(impls))
+    kind = draw(st.sampled_from(kinds))
+    learnable = kind not in KINDS_WITHOUT_LENGTH_FACTOR
+    regularisable = kind not in KINDS_WITH_SIGNED_WEIGHTS and impl == "dense"
     return AttentionConfig(
-        kind=draw(st.sampled_from(kinds)),
+        kind=kind,
         alpha=draw(st.floats(0.0, 2.0)),
         scale=draw(st.sampled_from([1.0, 0.5, 2.0])),
         qk_norm=draw(st.booleans()),
         gated=draw(st.booleans()),
         impl=impl,
         block_size=draw(st.sampled_from([None, 2, 3, 5])) if impl == "blocked" else None,
+        gate_activation=draw(st.sampled_from(GATE_ACTIVATIONS)),
+        learn_alpha=draw(st.booleans()) if learnable else False,
+        learn_scale=draw(st.booleans()) if learnable else False,
+        reg_weight=draw(st.sampled_from([0.0, 0.5])) if regularisable else 0.0,
+        entropy_margin=draw(st.sampled_from([0.7, 0.3])),
     )
 
 

@@ -15,9 +15,9 @@ reverse mode only), `compute_dtype=jnp.bfloat16` (bfloat16 matmuls, float32 stat
 AttentionConfig(impl="blocked") (the tiled kernel), and `fast.cpu_setup.configure()` (malloc settings for
 XLA:CPU, called by the trainer, never on import). Results are JAX arrays (`np.asarray(x)` / `float(x)`).
 
-Files: layers.py attention_weights.py multihead_attention.py mlp.py model.py optim.py long_sequences.py,
-as in NumPy; sharding.py, the one JAX-only file (data parallelism over devices and hosts: NumPy has one
-CPU and no devices to spread over); fast/ (opt-in speed, see fast/__init__.py).
+Files: layers.py attention_weights.py regulariser.py multihead_attention.py mlp.py model.py optim.py
+long_sequences.py, as in NumPy; sharding.py, the one JAX-only file (data parallelism over devices and hosts:
+NumPy has one CPU and no devices to spread over); fast/ (opt-in speed, see fast/__init__.py).
 
 NumPy <-> JAX, file for file (numpy_backend/X.py beside jax_backend/X.py). A NumPy layer is a pair
 `name_forward` / `name_backward`; its JAX twin is one function `name` whose backward is jax.grad's:
@@ -30,6 +30,9 @@ NumPy <-> JAX, file for file (numpy_backend/X.py beside jax_backend/X.py). A Num
     attention_weights.py  POINTWISE (h and h'), pointwise,               POINTWISE (h), pointwise, length_factor
                           pointwise_derivative, length_factor              (h' by autodiff)
                           attention_weights_forward / _backward            attention_weights
+                          learned_attention_weights_forward / _backward,   attention_weights(..., length=)
+                          learned_length_backward
+    regulariser.py        attention_regulariser_forward / _backward        attention_regulariser
     multihead_attention.py heads_attention_forward / _backward             heads_attention
                           (weights_forward / _backward arguments)          (weights_function argument)
                           self_attention_forward / _backward               self_attention
@@ -40,6 +43,8 @@ NumPy <-> JAX, file for file (numpy_backend/X.py beside jax_backend/X.py). A Num
                           forward / backward                               forward
                           forward_backward                                 loss_and_logits (+ jax.value_and_grad)
                           apply, loss_and_grad                             apply, loss_and_grad
+                          regulariser_forward / _backward                  loss_terms, blocks_regulariser
+                          attention_regulariser                            attention_regulariser
     optim.py              learning_rate, init_optimizer, adamw_update,     learning_rate, init_optimizer, adamw_update,
                           train_step                                       train_step, make_optimizer, make_train_step
     long_sequences.py     DEFAULT_BLOCK_SIZE (128 keys)                    DEFAULT_BLOCK_SIZE (1024 keys)
@@ -60,15 +65,16 @@ Where they differ, and why:
     make_train_step (the pure step, to jit with augmentation), and sharding.py (several devices).
 """
 
-from . import attention_weights, layers, long_sequences, mlp, model, multihead_attention, optim, sharding
-from .model import apply, forward, loss_and_grad, loss_and_logits
+from . import attention_weights, layers, long_sequences, mlp, model, multihead_attention, optim, regulariser, sharding
+from .model import apply, attention_regulariser, forward, loss_and_grad, loss_and_logits, loss_terms
 from .multihead_attention import attention
 from .optim import adamw_update, init_optimizer, learning_rate, make_optimizer, make_train_step, train_step
 from .sharding import data_mesh, make_sharded_train_step, replicate, shard_batch, sharded_train_step
 
 __all__ = [
-    "apply", "loss_and_grad", "attention", "init_optimizer", "train_step", "learning_rate",
+    "apply", "loss_and_grad", "attention_regulariser", "loss_terms", "attention", "init_optimizer", "train_step",
+    "learning_rate",
     "forward", "loss_and_logits", "adamw_update", "make_optimizer", "make_train_step",
-    "layers", "attention_weights", "multihead_attention", "mlp", "model", "optim", "long_sequences",
+    "layers", "attention_weights", "multihead_attention", "mlp", "model", "optim", "long_sequences", "regulariser",
     "sharding", "data_mesh", "replicate", "shard_batch", "make_sharded_train_step", "sharded_train_step",
 ]

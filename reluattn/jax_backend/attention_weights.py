@@ -12,6 +12,11 @@ This file is the one home of h(s) (`POINTWISE`) and of `scale * L^-alpha` (`leng
 backend: the dense core, the causal weights of long_sequences.py and the fast tiled kernels
 (fast/blocked_attention.py, fast/pallas_attention.py) all build their weights from them. The NumPy twin
 also lists h'(s); here autodiff derives it.
+
+The learned length factor (AttentionConfig.learn_alpha / learn_scale; beyond both papers): per head,
+w = scale * exp(beta_h) * L^(-alpha_h) * h(s), with alpha_h, beta_h the block's parameters attn.length.alpha
+and attn.length.log_scale (H,), initialised at AttentionConfig.alpha and 0 (see the NumPy twin); the one
+not learned is held fixed by stop_gradient, as the NumPy backward gives it gradient 0.
 """
 
 from __future__ import annotations
@@ -48,17 +53,25 @@ def pointwise(kind, scores, num_keys=None):
     return POINTWISE[kind](scores)
 
 
-def length_factor(attn_cfg, num_keys):
+def length_factor(attn_cfg, num_keys, length=None):
     """The constant in front of h(s): scale * L^(-alpha) (sigmoid_bias: scale, its L is inside h).
-    attn_cfg: anything with kind, alpha and scale; num_keys: a number, or per-query counts (an array)."""
+    attn_cfg: anything with kind, alpha and scale; num_keys: a number, or per-query counts (an array).
+    With `length`, the learned parameters {"alpha": (H,), "log_scale": (H,)}: scale * exp(log_scale_h) *
+    L^(-alpha_h) per head, (H, 1, 1) (num_keys a number); the one the config does not learn is held fixed."""
+    if length is not None:
+        alpha, log_scale = length["alpha"], length["log_scale"]  # (H,) each
+        alpha = alpha if attn_cfg.learn_alpha else jax.lax.stop_gradient(alpha)
+        log_scale = log_scale if attn_cfg.learn_scale else jax.lax.stop_gradient(log_scale)
+        return attn_cfg.scale * jnp.exp(log_scale - alpha * math.log(num_keys))[:, None, None]  # (H, 1, 1)
     alpha = 0.0 if attn_cfg.kind == "sigmoid_bias" else attn_cfg.alpha
     return attn_cfg.scale * num_keys ** -alpha
 
 
-def attention_weights(scores, attn_cfg, num_keys: int | None = None):
+def attention_weights(scores, attn_cfg, num_keys: int | None = None, length=None):
     """Scores (..., L) -> weights (..., L) of kind attn_cfg.kind, over the last axis. L, the number of keys,
-    is the last axis unless `num_keys` says otherwise."""
+    is the last axis unless `num_keys` says otherwise. length: the learned length parameters of a ViT
+    block (scores then (B, H, T, L)), or None."""
     if attn_cfg.kind == "softmax":
         return jax.nn.softmax(scores, axis=-1)  # (..., L)
     num_keys = scores.shape[-1] if num_keys is None else num_keys
-    return length_factor(attn_cfg, num_keys) * pointwise(attn_cfg.kind, scores, num_keys)  # (..., L)
+    return length_factor(attn_cfg, num_keys, length) * pointwise(attn_cfg.kind, scores, num_keys)  # (..., L)

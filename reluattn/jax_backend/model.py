@@ -24,9 +24,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..checks import check_call, check_label_smoothing
+from ..checks import check_call, check_label_smoothing, check_regulariser_kind
 from ..config import ViTConfig
 from ..params import tree_leaves
+from .regulariser import attention_regulariser as attention_regulariser_of_block
 from .layers import canonical_compute_dtype, cross_entropy, dense, layernorm, targets_from_labels
 from .mlp import mlp
 from .multihead_attention import self_attention
@@ -84,13 +85,35 @@ def forward(params, images, cfg: ViTConfig, compute_dtype=None, return_attention
     return (logits, weights) if return_attention else logits
 
 
+def loss_terms(params, images, labels, cfg: ViTConfig, label_smoothing=0.0, compute_dtype=None, *, fast=False):
+    """(loss, (logits, terms)): the loss, the mean softmax cross-entropy plus reg_weight * R when
+    cfg.attention.reg_weight > 0, and its terms {"cross_entropy", "attention_regulariser"} (else {})."""
+    reg_weight = cfg.attention.reg_weight
+    if reg_weight == 0:  # the weights are not needed
+        logits = forward(params, images, cfg, compute_dtype, fast=fast)  # (B, K)
+    else:
+        logits, weights = forward(params, images, cfg, compute_dtype, return_attention=True, fast=fast)
+    targets = targets_from_labels(jnp.asarray(labels), cfg.num_classes, label_smoothing, logits.dtype)  # (B, K)
+    loss = cross_entropy(logits, targets)
+    if reg_weight == 0:
+        return loss, (logits, {})
+    # loss = cross-entropy + reg_weight * R (ReLUFormer's regulariser, a secondary reading).
+    regulariser = blocks_regulariser(weights, cfg.attention)
+    return loss + reg_weight * regulariser, (logits, {"cross_entropy": loss, "attention_regulariser": regulariser})
+
+
 def loss_and_logits(params, images, labels, cfg: ViTConfig, label_smoothing=0.0, compute_dtype=None, *,
                     fast=False):
     """(loss, logits): the function `jax.value_and_grad(..., has_aux=True)` differentiates. labels: (B,)
-    ints or (B, K) probabilities; the loss is the mean softmax cross-entropy."""
-    logits = forward(params, images, cfg, compute_dtype, fast=fast)  # (B, K)
-    targets = targets_from_labels(jnp.asarray(labels), cfg.num_classes, label_smoothing, logits.dtype)  # (B, K)
-    return cross_entropy(logits, targets), logits
+    ints or (B, K) probabilities; the loss is the mean softmax cross-entropy (+ reg_weight * R, see
+    loss_terms)."""
+    loss, (logits, _) = loss_terms(params, images, labels, cfg, label_smoothing, compute_dtype, fast=fast)
+    return loss, logits
+
+
+def blocks_regulariser(weights, attn_cfg):
+    """The model's attention regulariser R: the mean over blocks of each block's R (regulariser.py)."""
+    return jnp.mean(jnp.stack([attention_regulariser_of_block(block_weights, attn_cfg) for block_weights in weights]))
 
 
 # ---------------------------------------------------------------------------------- the public functions
@@ -105,6 +128,21 @@ def _loss_and_grad_jit(params, images, labels, label_smoothing, cfg, compute_dty
     (loss, _), grads = jax.value_and_grad(loss_and_logits, has_aux=True)(
         params, images, labels, cfg, label_smoothing, compute_dtype, fast=fast)
     return loss, grads
+
+
+@functools.partial(jax.jit, static_argnames=("cfg",))
+def _attention_regulariser_jit(params, images, cfg):
+    return blocks_regulariser(forward(params, images, cfg, return_attention=True)[1], cfg.attention)
+
+
+def attention_regulariser(params, images, cfg: ViTConfig):
+    """ReLUFormer's attention regulariser R of the model on `images` (a 0-d JAX array; the mean over
+    blocks, heads, images and queries of |log S_i| + max(0, H(p_i) - c log n_i), c =
+    cfg.attention.entropy_margin), whatever reg_weight is: for logging. Kinds with signed weights (gelu,
+    identity) have no R."""
+    check_regulariser_kind(cfg.attention)
+    check_inputs(params, images, cfg)
+    return _attention_regulariser_jit(params, images, cfg)
 
 
 def check_inputs(params, images, cfg, labels=None) -> None:

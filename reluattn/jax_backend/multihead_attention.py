@@ -6,6 +6,8 @@ Two levels, as in the NumPy twin:
       s = q.k / sqrt(Dh),  w = attention_weights(s) (attention_weights.py),  o = w v
   self_attention(x, params, attn_cfg, heads)         the layer of a ViT block:
       fused qkv dense -> optional qk-LayerNorm -> core -> heads concatenated -> optional gate -> proj
+      (the learned length factor, when AttentionConfig.learn_alpha / learn_scale, is in the core's weights;
+      the gate: o = attn_out * phi(x W_g + b_g), phi = silu or identity, AttentionConfig.gate_activation)
 
 Layout: tokens-first (B, T, H, Dh) here, heads-first (B, H, T, Dh) in NumPy: an einsum names its axes,
 so XLA picks the layout, while NumPy's batched matmul needs the batch axes (B, H) in front.
@@ -23,7 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from ..checks import check_attention_options, check_attention_shapes
-from .attention_weights import attention_weights
+from .attention_weights import attention_weights, length_factor
 from .layers import canonical_compute_dtype, dense, layernorm, matmul, silu
 from .long_sequences import blocked_attention, causal_attention_weights
 
@@ -40,22 +42,33 @@ def heads_attention(q, k, v, attn_cfg, compute_dtype=None, fast=False, weights_f
 
 
 def core_attention(q, k, v, attn_cfg, compute_dtype=None, fast=False, return_weights=False, *, impl=None,
-                   block_size=None, causal=False, causal_length="per_query"):
+                   block_size=None, causal=False, causal_length="per_query", length=None):
     """The core by impl (default attn_cfg.impl) and causal: (out (B, T, H, Dh), weights or None). With
-    impl="blocked" the weights are only computed (densely, for plots and tests) when asked for."""
+    impl="blocked" the weights are only computed (densely, for plots and tests) when asked for.
+    length: a ViT block's learned length parameters (not causal), or None."""
     impl = attn_cfg.impl if impl is None else impl
     if impl == "dense":
         def causal_weights(scores, attn_cfg):
             return causal_attention_weights(scores, attn_cfg, causal_length)
-        out, weights = heads_attention(q, k, v, attn_cfg, compute_dtype, fast,
-                                       causal_weights if causal else attention_weights)
+
+        def learned_weights(scores, attn_cfg):
+            return attention_weights(scores, attn_cfg, length=length)
+        weights_function = causal_weights if causal else attention_weights if length is None else learned_weights
+        out, weights = heads_attention(q, k, v, attn_cfg, compute_dtype, fast, weights_function)
         return out, (weights if return_weights else None)
-    out = blocked_attention(q, k, v, attn_cfg, block_size=block_size, causal=causal, causal_length=causal_length,
-                            compute_dtype=compute_dtype)
+    if length is None:
+        out = blocked_attention(q, k, v, attn_cfg, block_size=block_size, causal=causal,
+                                causal_length=causal_length, compute_dtype=compute_dtype)
+    else:
+        # The learned factor is one number per head, the same for every weight of the head: run the tiles
+        # with factor 1 (alpha 0, scale 1) and multiply each head's output by its factor.
+        unit = attn_cfg.replace(alpha=0.0, scale=1.0, learn_alpha=False, learn_scale=False)
+        out = blocked_attention(q, k, v, unit, block_size=block_size, compute_dtype=compute_dtype)  # (B, T, H, Dh)
+        out = out * length_factor(attn_cfg, k.shape[1], length)[:, 0].astype(out.dtype)  # (B, T, H, Dh)
     if not return_weights:
         return out, None
     return out, core_attention(q, k, v, attn_cfg, compute_dtype, fast, True, impl="dense", causal=causal,
-                               causal_length=causal_length)[1]
+                               causal_length=causal_length, length=length)[1]
 
 
 @functools.partial(jax.jit, static_argnames=("attn_cfg", "return_weights", "compute_dtype", "fast", "impl",
@@ -75,6 +88,8 @@ def attention(q, k, v, attn_cfg, *, impl=None, block_size=None, causal=False, ca
     with L = i + 1 (causal_length="per_query") or L ("global") in L^-alpha and log L. With
     `return_weights=True` returns `(output, weights)`, weights (B, H, L, L). fast=True: the matmuls of
     jax_backend/fast/. Accepts NumPy or JAX arrays; returns JAX arrays. Differentiable either way.
+    A config with learn_alpha / learn_scale is refused (the learned factor is a ViT block's parameters);
+    reg_weight is a term of the model's loss, which the core does not compute.
     """
     impl = check_attention_options(attn_cfg, impl, block_size, causal, causal_length)
     check_attention_shapes(q, k, v)
@@ -97,9 +112,12 @@ def self_attention(x, params, attn_cfg, heads, compute_dtype=None, fast=False, r
         # LayerNorm over Dh per token and head, scale (Dh,) shared by the heads, no bias (ViT-22B).
         q = layernorm(q, params["q_norm"], fast)  # (B, T, H, Dh)
         k = layernorm(k, params["k_norm"], fast)  # (B, T, H, Dh)
-    out, weights = core_attention(q, k, v, attn_cfg, compute_dtype, fast, return_weights)  # (B, T, H, Dh)
+    out, weights = core_attention(q, k, v, attn_cfg, compute_dtype, fast, return_weights,
+                                  length=params.get("length"))  # (B, T, H, Dh); the learned factor, if any
     out = out.reshape(batch, tokens, dim)  # (B, T, D), heads concatenated in order
     if attn_cfg.gated:
-        # Gated attention unit (Hua et al. 2022): the block's normalised input decides what passes.
-        out = out * silu(dense(x, params["gate"], compute_dtype, fast))  # (B, T, D)
+        # The block's normalised input decides what passes: phi = silu as in the gated attention unit (Hua et
+        # al. 2022), or identity, Wortsman et al.'s (2023) "extra projection" taken literally.
+        gate = dense(x, params["gate"], compute_dtype, fast)  # (B, T, D)
+        out = out * (silu(gate) if attn_cfg.gate_activation == "silu" else gate)  # (B, T, D)
     return dense(out, params["proj"], compute_dtype, fast), weights  # (B, T, D)

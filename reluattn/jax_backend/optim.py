@@ -22,7 +22,8 @@ and second moments shaped like params), so a state -- or a checkpoint -- moves b
 inside the jitted step it is rearranged into optax's own state structure and back (no copies).
 
 metrics: {"loss", "accuracy", "grad_norm" (before clipping), "learning_rate" (the one this step used)},
-each a 0-d JAX array (`float(m)` gives a Python float); they stay on device so that steps dispatch
+plus the loss's terms "cross_entropy" and "attention_regulariser" (R) when reg_weight > 0; each a 0-d JAX
+array (`float(m)` gives a Python float); they stay on device so that steps dispatch
 asynchronously until a loop actually reads them.
 """
 
@@ -39,7 +40,7 @@ from ..checks import check_label_smoothing, check_optimizer_state
 from ..config import OptimizerConfig, ViTConfig
 from ..params import decay_mask
 from .layers import canonical_compute_dtype
-from .model import check_inputs, loss_and_logits
+from .model import check_inputs, loss_terms
 
 
 def schedule(opt_cfg: OptimizerConfig) -> optax.Schedule:
@@ -123,10 +124,11 @@ def make_train_step(cfg: ViTConfig, opt_cfg: OptimizerConfig, *, label_smoothing
     def step(params, opt_state, images, labels, key=None):
         if augment is not None:
             images, labels = augment(key, images, labels)
-        (loss, logits), grads = jax.value_and_grad(loss_and_logits, has_aux=True)(
+        (loss, (logits, terms)), grads = jax.value_and_grad(loss_terms, has_aux=True)(
             params, images, labels, cfg, label_smoothing, compute_dtype, fast=fast)
         params, opt_state, grad_norm, rate = adamw_update(params, grads, opt_state, opt_cfg)
-        metrics = {"loss": loss, "accuracy": accuracy(logits, labels), "grad_norm": grad_norm, "learning_rate": rate}
+        metrics = {"loss": loss, "accuracy": accuracy(logits, labels), "grad_norm": grad_norm, "learning_rate": rate,
+                   **terms}  # terms: cross_entropy and attention_regulariser when reg_weight > 0
         return params, opt_state, metrics
 
     return step

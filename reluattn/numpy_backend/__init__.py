@@ -1,9 +1,10 @@
 """The pure-NumPy Vision Transformer with hand-written backprop (imports only NumPy and reluattn's
 config, params and checks; never JAX).
 
-Files, in reading order (the ViT path is the first six):
+Files, in reading order (the ViT path is the first seven):
     layers.py               dense, LayerNorm, GELU, ReLU, SiLU, softmax, cross-entropy
     attention_weights.py    scores -> weights for every attention kind (softmax, relu / L, ...)
+    regulariser.py          ReLUFormer's attention regulariser R (row sums and entropies; secondary reading)
     multihead_attention.py  the multi-head core and the self-attention layer; attention(q, k, v)
     mlp.py                  the MLP (gelu, relu, softmax, softmax_ln)
     model.py                patch embedding, blocks, head: apply, loss_and_grad
@@ -25,6 +26,9 @@ NumPy <-> JAX, file for file (numpy_backend/X.py beside jax_backend/X.py). A Num
     attention_weights.py  POINTWISE (h and h'), pointwise,               POINTWISE (h), pointwise, length_factor
                           pointwise_derivative, length_factor              (h' by autodiff)
                           attention_weights_forward / _backward            attention_weights
+                          learned_attention_weights_forward / _backward,   attention_weights(..., length=)
+                          learned_length_backward
+    regulariser.py        attention_regulariser_forward / _backward        attention_regulariser
     multihead_attention.py heads_attention_forward / _backward             heads_attention
                           (weights_forward / _backward arguments)          (weights_function argument)
                           self_attention_forward / _backward               self_attention
@@ -35,6 +39,8 @@ NumPy <-> JAX, file for file (numpy_backend/X.py beside jax_backend/X.py). A Num
                           forward / backward                               forward
                           forward_backward                                 loss_and_logits (+ jax.value_and_grad)
                           apply, loss_and_grad                             apply, loss_and_grad
+                          regulariser_forward / _backward                  loss_terms, blocks_regulariser
+                          attention_regulariser                            attention_regulariser
     optim.py              learning_rate, init_optimizer, adamw_update,     learning_rate, init_optimizer, adamw_update,
                           train_step                                       train_step, make_optimizer, make_train_step
     long_sequences.py     DEFAULT_BLOCK_SIZE (128 keys)                    DEFAULT_BLOCK_SIZE (1024 keys)
@@ -65,10 +71,12 @@ Shape legend, used in the shape comment on every line that makes a tensor:
     in, out   a dense layer's input and output widths
 """
 
-from . import attention_weights, layers, long_sequences, mlp, model, multihead_attention, optim
+from . import attention_weights, layers, long_sequences, mlp, model, multihead_attention, optim, regulariser
 from .multihead_attention import attention
-from .model import apply, loss_and_grad
+from .model import apply, attention_regulariser, loss_and_grad
 from .optim import init_optimizer, learning_rate, train_step
 
-__all__ = ["apply", "loss_and_grad", "attention", "init_optimizer", "train_step", "learning_rate",
-           "layers", "attention_weights", "multihead_attention", "mlp", "model", "optim", "long_sequences"]
+__all__ = ["apply", "loss_and_grad", "attention_regulariser", "attention", "init_optimizer", "train_step",
+           "learning_rate",
+           "layers", "attention_weights", "multihead_attention", "mlp", "model", "optim", "long_sequences",
+           "regulariser"]

@@ -10,6 +10,14 @@ L is the number of keys (the last axis of the scores). With h = relu and alpha =
 This file is the one home of h(s) (`POINTWISE`) and of the factor `scale * L^-alpha` (`length_factor`) in
 the NumPy backend: the dense core here, and the causal and blocked attention of long_sequences.py, all
 build their weights from `pointwise(...)` and `length_factor(...)`.
+
+The learned length factor (AttentionConfig.learn_alpha / learn_scale; beyond both papers: Wortsman et al.
+2023 ask whether the factor "could be learned"): per head h, w = scale * exp(beta_h) * L^(-alpha_h) * h(s),
+with alpha_h, beta_h the parameters attn.length.alpha and attn.length.log_scale (H,), initialised at
+AttentionConfig.alpha and 0. `learned_attention_weights_forward / _backward` are the weights with it,
+`learned_length_backward` the gradient of its parameters. The one not learned gets gradient 0, so the
+optimizer leaves it at its initial value. ReLUFormer's relu(s) / (gamma sqrt(L/2)) (a secondary reading)
+is alpha = 1/2, scale = sqrt(2), learn_scale=True: gamma_h = exp(-beta_h).
 """
 
 from __future__ import annotations
@@ -61,9 +69,13 @@ def pointwise_derivative(kind, scores, num_keys=None):
     return POINTWISE[kind][1](scores)  # (..., L)
 
 
-def length_factor(attn_cfg, num_keys):
+def length_factor(attn_cfg, num_keys, length=None):
     """The constant in front of h(s): scale * L^(-alpha) (sigmoid_bias: scale, its L is inside h).
-    num_keys: a number, or per-query counts (T, 1)."""
+    num_keys: a number, or per-query counts (T, 1). With `length`, the learned parameters {"alpha": (H,),
+    "log_scale": (H,)}: scale * exp(log_scale_h) * L^(-alpha_h) per head, (H, 1, 1) (num_keys a number)."""
+    if length is not None:
+        alpha, log_scale = (np.asarray(length[name])[:, None, None] for name in ("alpha", "log_scale"))  # (H, 1, 1)
+        return attn_cfg.scale * np.exp(log_scale - alpha * math.log(num_keys))  # (H, 1, 1)
     alpha = 0.0 if attn_cfg.kind == "sigmoid_bias" else attn_cfg.alpha
     if np.ndim(num_keys) == 0:
         return attn_cfg.scale * float(num_keys) ** (-alpha)
@@ -96,3 +108,37 @@ def attention_weights_backward(dweights, cache, attn_cfg):
     factor = length_factor(attn_cfg, num_keys)
     return dweights * factor * pointwise_derivative(attn_cfg.kind, scores, num_keys)  # (..., L)
 
+
+
+# ------------------------------------------------------------------------ the learned length factor
+
+class LearnedWeightsCache(NamedTuple):
+    scores: np.ndarray   # (B, H, T, L) the scores
+    weights: np.ndarray  # (B, H, T, L) the weights
+    factor: np.ndarray   # (H, 1, 1) scale * exp(beta_h) * L^-alpha_h
+
+
+def learned_attention_weights_forward(scores, attn_cfg, length):
+    """Scores (B, H, T, L) -> weights scale * exp(beta_h) * L^(-alpha_h) * h(s) (B, H, T, L), with the
+    learned length = {"alpha": (H,), "log_scale": (H,)} (a point-wise kind: softmax has no factor)."""
+    factor = length_factor(attn_cfg, scores.shape[-1], length)  # (H, 1, 1)
+    weights = factor * pointwise(attn_cfg.kind, scores)  # (B, H, T, L)
+    return weights, LearnedWeightsCache(scores, weights, factor)
+
+
+def learned_attention_weights_backward(dweights, cache, attn_cfg):
+    """Returns dscores (B, H, T, L); learned_length_backward gives the factor's parameters' gradient."""
+    scores, _, factor = cache
+    # Differentiates weights = factor_h * h(scores).
+    return dweights * factor * pointwise_derivative(attn_cfg.kind, scores)  # (B, H, T, L)
+
+
+def learned_length_backward(dweights, cache, attn_cfg):
+    """Returns {"alpha": (H,), "log_scale": (H,)}, the gradient of the learned parameters given dweights
+    (B, H, T, L); 0 for the one the config does not learn."""
+    scores, weights, _ = cache
+    # Differentiates weights = e^(log factor_h) * h(s): d log factor_h = sum over (B, T, L) of dw * w.
+    dlog_factor = np.einsum("bhtl,bhtl->h", dweights, weights)  # (H,)
+    # log factor_h = log scale + beta_h - alpha_h log L.
+    return {"alpha": -math.log(scores.shape[-1]) * dlog_factor * attn_cfg.learn_alpha,  # (H,)
+            "log_scale": dlog_factor * attn_cfg.learn_scale}  # (H,)

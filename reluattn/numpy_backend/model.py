@@ -15,9 +15,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..checks import check_call, check_label_smoothing
+from ..checks import check_call, check_label_smoothing, check_regulariser_kind
 from ..config import ViTConfig
 from ..params import tree_leaves, tree_map
+from .regulariser import attention_regulariser_backward, attention_regulariser_forward
 from .layers import (DenseCache, LayerNormCache, cross_entropy_backward, cross_entropy_forward, dense_backward,
                      dense_forward, layernorm_backward, layernorm_forward, targets_from_labels)
 from .mlp import MlpCache, mlp_backward, mlp_forward
@@ -89,8 +90,9 @@ def block_forward(x, params, cfg):
     return x + mixed, weights, BlockCache(ln1_cache, attn_cache, ln2_cache, mlp_cache)
 
 
-def block_backward(dout, cache, cfg):
-    """Returns (dx (B, T, D), grads {"ln1", "attn", "ln2", "mlp"})."""
+def block_backward(dout, cache, cfg, extra_dweights=None):
+    """Returns (dx (B, T, D), grads {"ln1", "attn", "ln2", "mlp"}). extra_dweights (B, H, T, T): the
+    regulariser's gradient on this block's attention weights, or None."""
     ln1_cache, attn_cache, ln2_cache, mlp_cache = cache
     grads = {}
     # Differentiates x + mlp(LN2(x)): the residual passes dout straight through, plus the MLP path.
@@ -98,7 +100,8 @@ def block_backward(dout, cache, cfg):
     dnormed, grads["ln2"] = layernorm_backward(dnormed, ln2_cache)  # (B, T, D)
     dx = dout + dnormed  # (B, T, D)
     # Differentiates x + attn(LN1(x)) the same way.
-    dnormed, grads["attn"] = self_attention_backward(dx, attn_cache, cfg.attention, cfg.heads)  # (B, T, D)
+    dnormed, grads["attn"] = self_attention_backward(dx, attn_cache, cfg.attention, cfg.heads,
+                                                     extra_dweights=extra_dweights)  # (B, T, D)
     dnormed, grads["ln1"] = layernorm_backward(dnormed, ln1_cache)  # (B, T, D)
     return dx + dnormed, grads
 
@@ -120,8 +123,9 @@ def forward(params, images, cfg):
     return logits, attention_weights, ModelCache(embed_cache, block_caches, ln_f_cache, head_cache)
 
 
-def backward(dlogits, cache, cfg):
-    """Returns the gradients of every parameter, in the same tree as the parameters."""
+def backward(dlogits, cache, cfg, extra_dweights=None):
+    """Returns the gradients of every parameter, in the same tree as the parameters. extra_dweights: one
+    (B, H, T, T) array per block, the regulariser's gradient on the attention weights, or None."""
     embed_cache, block_caches, ln_f_cache, head_cache = cache
     grads = {}
     # Differentiates logits = dense(pooled, head).
@@ -136,7 +140,8 @@ def backward(dlogits, cache, cfg):
     dx, grads["ln_f"] = layernorm_backward(dx, ln_f_cache)  # (B, T, D)
     grads["blocks"] = [None] * len(block_caches)
     for index in reversed(range(len(block_caches))):
-        dx, grads["blocks"][index] = block_backward(dx, block_caches[index], cfg)  # (B, T, D)
+        extra = None if extra_dweights is None else extra_dweights[index]
+        dx, grads["blocks"][index] = block_backward(dx, block_caches[index], cfg, extra_dweights=extra)  # (B, T, D)
     grads.update(embed_backward(dx, embed_cache, cfg))
     return grads
 
@@ -163,19 +168,51 @@ def apply(params, images, cfg, *, return_attention=False):
     return (logits, attention_weights) if return_attention else logits
 
 
+def regulariser_forward(attention_weights, attn_cfg):
+    """The model's attention regulariser R: the mean over blocks of each block's R (regulariser.py),
+    and the blocks' caches."""
+    values, caches = zip(*(attention_regulariser_forward(weights, attn_cfg) for weights in attention_weights))
+    return float(np.mean(values)), list(caches)
+
+
+def regulariser_backward(dvalue, caches):
+    """Returns the gradient of dvalue * R on each block's weights, [(B, H, T, T)]."""
+    # Differentiates the mean over blocks: each block gets an equal share.
+    return [attention_regulariser_backward(dvalue / len(caches), cache) for cache in caches]
+
+
 def forward_backward(params, images, labels, cfg, *, label_smoothing=0.0):
-    """(loss, grads, logits): `loss_and_grad` plus the logits, which training needs for its accuracy."""
+    """(loss, grads, logits, terms): `loss_and_grad` plus the logits, which training needs for its
+    accuracy, and the loss's terms {"cross_entropy", "attention_regulariser"} when reg_weight > 0 (else {})."""
     check_label_smoothing(label_smoothing)
     params, images = _prepare(params, images, cfg, labels)
-    logits, _, cache = forward(params, images, cfg)
+    logits, attention_weights, cache = forward(params, images, cfg)
     targets = targets_from_labels(labels, cfg.num_classes, label_smoothing, dtype=logits.dtype)  # (B, K)
     loss, loss_cache = cross_entropy_forward(logits, targets)
     dlogits = cross_entropy_backward(1.0, loss_cache)  # (B, K)
-    return loss, backward(dlogits, cache, cfg), logits
+    reg_weight = cfg.attention.reg_weight
+    if reg_weight == 0:
+        return loss, backward(dlogits, cache, cfg), logits, {}
+    # loss = cross-entropy + reg_weight * R (ReLUFormer's regulariser, a secondary reading).
+    regulariser, regulariser_caches = regulariser_forward(attention_weights, cfg.attention)
+    extra_dweights = regulariser_backward(reg_weight, regulariser_caches)  # [(B, H, T, T)]
+    terms = {"cross_entropy": loss, "attention_regulariser": regulariser}
+    grads = backward(dlogits, cache, cfg, extra_dweights=extra_dweights)
+    return loss + reg_weight * regulariser, grads, logits, terms
 
 
 def loss_and_grad(params, images, labels, cfg, *, label_smoothing=0.0):
-    """Mean softmax cross-entropy (a float) and its gradient, a tree shaped like params.
+    """The loss (a float) and its gradient, a tree shaped like params: the mean softmax cross-entropy, plus
+    reg_weight * R when cfg.attention.reg_weight > 0 (R: `attention_regulariser`).
     labels: (B,) integers in [0, K) or (B, K) target probabilities."""
-    loss, grads, _ = forward_backward(params, images, labels, cfg, label_smoothing=label_smoothing)
+    loss, grads, _, _ = forward_backward(params, images, labels, cfg, label_smoothing=label_smoothing)
     return loss, grads
+
+
+def attention_regulariser(params, images, cfg):
+    """ReLUFormer's attention regulariser R of the model on `images` (a float; the mean over blocks, heads,
+    images and queries of |log S_i| + max(0, H(p_i) - c log n_i), c = cfg.attention.entropy_margin), whatever
+    reg_weight is: for logging. Kinds with signed weights (gelu, identity) have no R."""
+    check_regulariser_kind(cfg.attention)
+    params, images = _prepare(params, images, cfg)
+    return regulariser_forward(forward(params, images, cfg)[1], cfg.attention)[0]

@@ -78,13 +78,14 @@ def adamw_update(params, grads, opt_state, opt_cfg: OptimizerConfig):
 def train_step(params, opt_state, images, labels, cfg, opt_cfg, *, label_smoothing=0.0):
     """Loss, gradients and one AdamW update: (new params, new state, metrics). The metrics are floats:
     loss, accuracy (against the labels, or the argmax of soft labels), grad_norm (before clipping) and
-    learning_rate (the one this update used)."""
+    learning_rate (the one this update used); with cfg.attention.reg_weight > 0 also the loss's terms,
+    cross_entropy and attention_regulariser (R)."""
     if not isinstance(opt_cfg, OptimizerConfig):
         raise ValueError(f"opt_cfg must be an OptimizerConfig, got {type(opt_cfg).__name__}")
-    loss, grads, logits = forward_backward(params, images, labels, cfg, label_smoothing=label_smoothing)
+    loss, grads, logits, terms = forward_backward(params, images, labels, cfg, label_smoothing=label_smoothing)
     labels = np.asarray(labels)
     true_class = labels if labels.ndim == 1 else labels.argmax(axis=-1)  # (B,)
     accuracy = float(np.mean(logits.argmax(axis=-1) == true_class))
     params, opt_state, norm, rate = adamw_update(params, grads, opt_state, opt_cfg)
-    metrics = {"loss": loss, "accuracy": accuracy, "grad_norm": norm, "learning_rate": rate}
+    metrics = {"loss": loss, "accuracy": accuracy, "grad_norm": norm, "learning_rate": rate, **terms}
     return params, opt_state, metrics

@@ -3,7 +3,8 @@ adversarial) and whole cases, in a dtype of the caller's choice.
 
 Arguments that choose values take a strategy, a list (drawn from) or one value (always used).
 
-    attention_configs(kinds)        AttentionConfig over kinds, alpha in [0, 2], scale, qk-norm, gate, impl
+    attention_configs(kinds)        AttentionConfig over kinds, alpha in [0, 2], scale, qk-norm, gate (silu or
+                                    identity), impl, learned alpha / log-scale, the attention regulariser
     attention_shapes(...)           AttentionShape(batch, queries, keys, heads, head_dim): L = 1, Dh = 1,
                                     T != L (cross_attention=True), long L (long_lengths=True)
     attention_inputs(shape, dtype)  AttentionInputs(q, k, v, dout, profile), profile one of INPUT_PROFILES
@@ -28,7 +29,8 @@ from typing import NamedTuple
 import numpy as np
 from hypothesis import strategies as st
 
-from ..config import ATTENTION_KINDS, MLP_ACTIVATIONS, POOLS, AttentionConfig, OptimizerConfig, ViTConfig
+from ..config import (ATTENTION_KINDS, GATE_ACTIVATIONS, KINDS_WITH_SIGNED_WEIGHTS, KINDS_WITHOUT_LENGTH_FACTOR,
+                      MLP_ACTIVATIONS, POOLS, AttentionConfig, OptimizerConfig, ViTConfig)
 from . import reference
 from .tolerances import resolve_dtype
 
@@ -55,18 +57,30 @@ def check_kinds(kinds):
 
 
 def attention_configs(kinds=None, *, alphas=st.floats(0.0, 2.0), scales=(1.0, 0.5, 2.0), qk_norm=st.booleans(),
-                      gated=st.booleans(), impls=("dense", "blocked"), block_sizes=(None, 2, 3, 5)):
+                      gated=st.booleans(), impls=("dense", "blocked"), block_sizes=(None, 2, 3, 5),
+                      gate_activations=GATE_ACTIVATIONS, learn_alpha=st.booleans(), learn_scale=st.booleans(),
+                      reg_weights=(0.0, 0.5), entropy_margins=(0.7, 0.3)):
     """AttentionConfigs over `kinds` (None: all). For the attention core only kind, alpha and scale
-    matter; qk_norm, gated and impl are the layer's (see vit_configs)."""
+    matter; qk_norm, gated, gate_activation, impl, the learned length factor and the regulariser are the
+    layer's and the model's (see vit_configs). Options a kind or impl refuses are left off for it: no
+    learned factor for softmax and sigmoid_bias, no regulariser for gelu, identity or impl="blocked"."""
     impls = as_strategy(impls)
 
     @st.composite
     def draw_config(draw):
         impl = draw(impls)
-        return AttentionConfig(kind=draw(st.sampled_from(check_kinds(kinds))), alpha=draw(as_strategy(alphas)),
+        kind = draw(st.sampled_from(check_kinds(kinds)))
+        learnable = kind not in KINDS_WITHOUT_LENGTH_FACTOR
+        regularisable = kind not in KINDS_WITH_SIGNED_WEIGHTS and impl == "dense"
+        return AttentionConfig(kind=kind, alpha=draw(as_strategy(alphas)),
                                scale=draw(as_strategy(scales)), qk_norm=draw(as_strategy(qk_norm)),
                                gated=draw(as_strategy(gated)), impl=impl,
-                               block_size=draw(as_strategy(block_sizes)) if impl == "blocked" else None)
+                               block_size=draw(as_strategy(block_sizes)) if impl == "blocked" else None,
+                               gate_activation=draw(as_strategy(gate_activations)),
+                               learn_alpha=draw(as_strategy(learn_alpha)) if learnable else False,
+                               learn_scale=draw(as_strategy(learn_scale)) if learnable else False,
+                               reg_weight=draw(as_strategy(reg_weights)) if regularisable else 0.0,
+                               entropy_margin=draw(as_strategy(entropy_margins)))
     return draw_config()
 
 
@@ -178,7 +192,9 @@ def attention_cases(kinds=None, *, dtype=np.float32, shapes=None, profiles=INPUT
     argument), "drawn" (dividing L, not dividing it, exceeding it) or a strategy/list/value."""
     if configs is not None and kinds is not None:
         raise ValueError("give kinds or configs (an attention_configs strategy over its own kinds), not both")
-    configs = configs if configs is not None else attention_configs(kinds, qk_norm=False, gated=False, impls="dense")
+    configs = configs if configs is not None else attention_configs(kinds, qk_norm=False, gated=False, impls="dense",
+                                                                    learn_alpha=False, learn_scale=False,
+                                                                    reg_weights=0.0)
     shapes = shapes if shapes is not None else attention_shapes()
 
     @st.composite

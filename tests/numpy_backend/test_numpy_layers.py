@@ -184,10 +184,11 @@ def attention_params(seed, dim, head_dim, qk_norm, gated):
 
 
 @pytest.mark.parametrize("qk_norm", [False, True])
-@pytest.mark.parametrize("gated", [False, True])
+@pytest.mark.parametrize("gate", [None, "silu", "identity"])  # no gate, or its activation (gate_activation)
 @pytest.mark.parametrize("kind", ["softmax", "relu", "gelu"])
-def test_self_attention_backward(kind, qk_norm, gated):
-    cfg = AttentionConfig(kind=kind, qk_norm=qk_norm, gated=gated)
+def test_self_attention_backward(kind, qk_norm, gate):
+    gated = gate is not None
+    cfg = AttentionConfig(kind=kind, qk_norm=qk_norm, gated=gated, gate_activation=gate or "silu")
     heads, dim = 2, 6
     x = normal(0, 2, 4, dim)
     params = attention_params(1, dim, dim // heads, qk_norm, gated)

@@ -14,4 +14,9 @@ The plain path (fast=False, the default) is jnp + autodiff, so every JAX transfo
 jax.jacfwd, jax.hessian, jax.vmap, jax.grad with respect to the images); custom_vjp functions do not
 support forward mode, so with fast=True only reverse mode (jax.grad / jax.vjp) is available.
 Each file names the section of docs/performance.md that measured why it exists.
+
+The paper options on these paths: the learned length factor (learn_alpha / learn_scale) is one number per
+head, so the model runs the blocked tiles with factor 1 and scales each head's output
+(multihead_attention.core_attention); pallas_attention refuses it, and AttentionConfig refuses
+reg_weight > 0 with impl="blocked" (the regulariser reads whole rows of weights, which tiles never hold).
 """

@@ -47,6 +47,9 @@ def pallas_attention(q, k, v, attn_cfg: AttentionConfig, *, block_q: int = 64, b
     if attn_cfg.kind not in KINDS:
         raise ValueError(f"pallas_attention supports the kinds {', '.join(KINDS)}; got {attn_cfg.kind!r} "
                          f"(use attention(..., impl='dense' or 'blocked') for it)")
+    if attn_cfg.learned_length:
+        raise ValueError("pallas_attention takes a fixed alpha and scale; the learned length factor (learn_alpha / "
+                         "learn_scale) lives in a ViT's parameters: use the model, or learn_alpha=learn_scale=False")
     if not (q.shape == k.shape == v.shape and q.ndim == 4):
         raise ValueError(f"q, k and v must share one (B, L, H, Dh) shape; got {q.shape}, {k.shape}, {v.shape}")
     length, head_dim = q.shape[1], q.shape[3]
