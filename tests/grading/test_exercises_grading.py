@@ -11,7 +11,8 @@ import types
 import numpy as np
 import pytest
 
-from reluattn import grading, plots
+from reluattn import grading
+from reluattn.training import plots
 from reluattn.config import AttentionConfig
 from reluattn.grading import ExerciseFailed, memories, scaling, training
 from reluattn.numpy_backend import attention_weights, layers, mlp, model, multihead_attention
