@@ -62,12 +62,12 @@ Where they differ, and why:
 
 from . import attention_weights, layers, long_sequences, mlp, model, multihead_attention, optim, sharding
 from .model import apply, forward, loss_and_grad, loss_and_logits
-from .multihead_attention import attention
+from .multihead_attention import attention, attention_fn, dot_product_attention
 from .optim import adamw_update, init_optimizer, learning_rate, make_optimizer, make_train_step, train_step
 from .sharding import data_mesh, make_sharded_train_step, replicate, shard_batch, sharded_train_step
 
 __all__ = [
-    "apply", "loss_and_grad", "attention", "init_optimizer", "train_step", "learning_rate",
+    "apply", "loss_and_grad", "attention", "dot_product_attention", "attention_fn", "init_optimizer", "train_step", "learning_rate",
     "forward", "loss_and_logits", "adamw_update", "make_optimizer", "make_train_step",
     "layers", "attention_weights", "multihead_attention", "mlp", "model", "optim", "long_sequences",
     "sharding", "data_mesh", "replicate", "shard_batch", "make_sharded_train_step", "sharded_train_step",
