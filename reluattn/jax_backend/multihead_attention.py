@@ -113,36 +113,36 @@ BLOCKED_FROM_KEYS = 1024  # on CPU the blocked kernel beats dense from here (doc
 
 
 def _visible_keys(score_shape, mask, is_causal, query_seq_lengths, key_value_seq_lengths, local_window_size):
-    """The keys each query may read, bool (..., N, T, S) like the scores, or None when every key is visible.
+    """The keys each query may read, bool (..., H, T, L) like the scores, or None when every key is visible.
     The masks and their meaning are jax.nn.dot_product_attention's."""
     num_queries, num_keys = score_shape[-2:]
-    query_pos, key_pos = jnp.arange(num_queries)[:, None], jnp.arange(num_keys)[None, :]  # (T, 1), (1, S)
+    query_pos, key_pos = jnp.arange(num_queries)[:, None], jnp.arange(num_keys)[None, :]  # (T, 1), (1, L)
     masks = [] if mask is None else [jnp.asarray(mask, bool)]
     if is_causal:
-        masks.append(key_pos <= query_pos)  # (T, S), top-left aligned as in jax.nn
+        masks.append(key_pos <= query_pos)  # (T, L), top-left aligned as in jax.nn
     if local_window_size is not None:
         left, right = ((local_window_size,) * 2 if isinstance(local_window_size, int) else local_window_size)
-        masks.append((key_pos >= query_pos - left) & (key_pos <= query_pos + right))  # (T, S)
+        masks.append((key_pos >= query_pos - left) & (key_pos <= query_pos + right))  # (T, L)
     if key_value_seq_lengths is not None:
-        masks.append(key_pos < jnp.asarray(key_value_seq_lengths)[:, None, None, None])  # (B, 1, 1, S)
+        masks.append(key_pos < jnp.asarray(key_value_seq_lengths)[:, None, None, None])  # (B, 1, 1, L)
     if query_seq_lengths is not None:
         masks.append(query_pos < jnp.asarray(query_seq_lengths)[:, None, None, None])  # (B, 1, T, 1)
     if not masks:
         return None
-    return functools.reduce(jnp.logical_and, masks, jnp.ones(score_shape, bool))  # (..., N, T, S)
+    return functools.reduce(jnp.logical_and, masks, jnp.ones(score_shape, bool))  # (..., H, T, L)
 
 
 def _weights_from_scores(scores, visible, attn_cfg):
-    """Scores (..., N, T, S) float32 -> weights: softmax over the visible keys, or
+    """Scores (..., H, T, L) float32 -> weights: softmax over the visible keys, or
     scale * L^-alpha * h(s) on them and 0 elsewhere, with L = the query's visible keys (at least 1)."""
     if attn_cfg.kind == "softmax":
         if visible is not None:  # jax.nn's finite stand-in for -inf: a row with no visible key averages all
             scores = jnp.where(visible, scores, -0.7 * jnp.finfo(scores.dtype).max)
-        return jax.nn.softmax(scores, axis=-1)  # (..., N, T, S)
+        return jax.nn.softmax(scores, axis=-1)  # (..., H, T, L)
     if visible is None:
-        return attention_weights(scores, attn_cfg)  # (..., N, T, S)
-    counts = jnp.maximum(jnp.sum(visible, axis=-1, keepdims=True), 1).astype(scores.dtype)  # (..., N, T, 1)
-    weights = length_factor(attn_cfg, counts) * pointwise(attn_cfg.kind, scores, counts)  # (..., N, T, S)
+        return attention_weights(scores, attn_cfg)  # (..., H, T, L)
+    counts = jnp.maximum(jnp.sum(visible, axis=-1, keepdims=True), 1).astype(scores.dtype)  # (..., H, T, 1)
+    weights = length_factor(attn_cfg, counts) * pointwise(attn_cfg.kind, scores, counts)  # (..., H, T, L)
     return jnp.where(visible, weights, 0.0)
 
 
@@ -156,7 +156,8 @@ def _check_drop_in(query, key, value, kind, alpha, weight_scale, implementation,
                          f"'dense'); got {implementation!r}")
     if not (query.ndim >= 3 and key.ndim == query.ndim and key.shape == value.shape
             and query.shape[-1] == key.shape[-1] and query.shape[-2] % key.shape[-2] == 0):
-        raise ValueError("expected query (..., T, N, H) and key, value (..., S, K, H) with N a multiple of K; got "
+        raise ValueError("expected query (..., T, N, H) and key, value (..., S, K, H) (jax.nn's letters: N heads, "
+                         "K kv heads) with N a multiple of K; got "
                          f"{query.shape}, {key.shape}, {value.shape}")
     return AttentionConfig(kind=kind, alpha=alpha, scale=weight_scale)
 
@@ -190,7 +191,7 @@ def _drop_in(query, key, value, bias, mask, kind, alpha, weight_scale, scale, is
     query, key, value = (jnp.asarray(x) for x in (query, key, value))
     attn_cfg = _check_drop_in(query, key, value, kind, alpha, weight_scale, implementation, return_residual)
     repeats = query.shape[-2] // key.shape[-2]  # grouped-query attention: query head n reads kv head n // repeats
-    key, value = (jnp.repeat(x, repeats, axis=-2) for x in (key, value))  # (..., S, N, H)
+    key, value = (jnp.repeat(x, repeats, axis=-2) for x in (key, value))  # (..., L, H, Dh)
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
     plain = (bias is None and mask is None and query_seq_lengths is None and key_value_seq_lengths is None
              and local_window_size is None and dropout is None and module is None)
@@ -202,20 +203,20 @@ def _drop_in(query, key, value, bias, mask, kind, alpha, weight_scale, scale, is
             return pallas_attention(query, key, value, attn_cfg)
         return blocked_attention(query, key, value, attn_cfg, causal=is_causal)
     score_dtype = jnp.promote_types(query.dtype, jnp.float32)
-    scores = jnp.einsum("...qnh,...knh->...nqk", query, key, precision=precision,
-                        preferred_element_type=score_dtype) * scale  # (..., N, T, S)
+    scores = jnp.einsum("...qhd,...khd->...hqk", query, key, precision=precision,
+                        preferred_element_type=score_dtype) * scale  # (..., H, T, L)
     if bias is not None:
         scores = (scores + bias).astype(score_dtype)
     visible = _visible_keys(scores.shape, mask, is_causal, query_seq_lengths, key_value_seq_lengths,
-                            local_window_size)  # (..., N, T, S) or None
-    weights = _weights_from_scores(scores, visible, attn_cfg).astype(value.dtype)  # (..., N, T, S)
+                            local_window_size)  # (..., H, T, L) or None
+    weights = _weights_from_scores(scores, visible, attn_cfg).astype(value.dtype)  # (..., H, T, L)
     if module is not None:  # Flax's sow_weights=True: the weights before dropout, as Flax keeps them
         module.sow("intermediates", "attention_weights", weights)
     if dropout is not None:
         rng, rate, broadcast = dropout
         shape = (1,) * (key.ndim - 2) + weights.shape[-2:] if broadcast else weights.shape  # as in Flax
         weights = weights * (jax.random.bernoulli(rng, 1.0 - rate, shape) / (1.0 - rate)).astype(weights.dtype)
-    out = jnp.einsum("...nqk,...knh->...qnh", weights, value, precision=precision)  # (..., T, N, H)
+    out = jnp.einsum("...hqk,...khd->...qhd", weights, value, precision=precision)  # (..., T, H, Dh)
     if query_seq_lengths is not None:  # padded queries read nothing, as in jax.nn
         out = out * (jnp.arange(out.shape[-3])[:, None, None] < jnp.asarray(query_seq_lengths)[:, None, None, None])
     return out
@@ -236,7 +237,7 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, kind="relu
     it in bidirectional ViTs only); L = i + 1 under a causal mask is the per-query count of ReLUFormer (Shen
     et al. 2023; a secondary reading, beyond that paper's abstract), also `attention(..., causal=True)`.
 
-    implementation: "dense" (jnp, holds the (B, N, T, S) weights; "xla" is an alias), "blocked"
+    implementation: "dense" (jnp, holds the (B, H, T, L) weights; "xla" is an alias), "blocked"
     (fast/blocked_attention.py: never holds them; no bias or masks other than is_causal) or "pallas"
     (fast/pallas_attention.py, a GPU kernel: point-wise kinds, no masks). None: Pallas on a GPU when it
     supports the call, else blocked from BLOCKED_FROM_KEYS keys, else dense. return_residual is refused.
