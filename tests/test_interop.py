@@ -227,7 +227,7 @@ def test_flax_nnx_block_with_the_drop_in_is_reluattns_block(kind, alpha):
     block = Block(attention_fn(kind, alpha=alpha), nnx.Rngs(0))
     nnx.update(block, moved(nnx.state(block, nnx.Param), seed=1))
     x = jax.random.normal(jax.random.key(2), (3, 9, DIM))
-    p = jax.tree.map(lambda v: v[...], nnx.state(block, nnx.Param).to_pure_dict())
+    p = nnx.to_pure_dict(nnx.state(block, nnx.Param))
     params = reluattn_block_params(p["ln1"], p["attn"]["query"], p["attn"]["key"], p["attn"]["value"],
                                    p["attn"]["out"], p["ln2"], p["fc1"], p["fc2"])
     cfg = ViTConfig(dim=DIM, heads=HEADS, mlp_dim=MLP_DIM, attention=AttentionConfig(kind=kind, alpha=alpha))
