@@ -120,8 +120,8 @@ def test_under_is_causal_L_is_each_querys_visible_keys():
 
 def test_sequence_lengths_and_windows_match_jax_nn_for_softmax():
     q, k, v = random_qkv((2, 7, 2, 4), seed=2)
-    options = dict(query_seq_lengths=jnp.asarray([5, 7], jnp.int32), key_value_seq_lengths=jnp.asarray([3, 6], jnp.int32),
-                   local_window_size=(2, 1))
+    options = dict(query_seq_lengths=jnp.asarray([5, 7], jnp.int32),
+                   key_value_seq_lengths=jnp.asarray([3, 6], jnp.int32), local_window_size=(2, 1))
     expected = jax.nn.dot_product_attention(q, k, v, **options)
     assert relative_error(dot_product_attention(q, k, v, kind="softmax", **options), expected) <= 1e-6
     relu = dot_product_attention(q, k, v, **options)
@@ -145,6 +145,14 @@ def test_implementation_none_picks_the_blocked_kernel_for_long_plain_inputs_only
     dot_product_attention(q, k, v, mask=jnp.ones((1, 1, long, long), bool))  # a mask needs dense
     dot_product_attention(q[:, :8], k[:, :8], v[:, :8])  # short: dense
     assert len(calls) == 1
+
+
+def test_values_may_be_wider_than_queries_as_in_flax():
+    q, k, _ = random_qkv((2, 5, 2, 4), seed=3)
+    v = jax.random.normal(jax.random.key(4), (2, 5, 2, 6))
+    out = dot_product_attention(q, k, v, is_causal=True)
+    assert out.shape == (2, 5, 2, 6)
+    assert relative_error(out, numpy_backend.dot_product_attention(q, k, v, is_causal=True)) <= 1e-5
 
 
 def test_clear_errors():

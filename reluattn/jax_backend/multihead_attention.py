@@ -109,7 +109,8 @@ def self_attention(x, params, attn_cfg, heads, compute_dtype=None, fast=False, r
 # ------------------------------------------- a drop-in for jax.nn.dot_product_attention and Flax's attention_fn
 
 IMPLEMENTATIONS = ("dense", "blocked", "pallas")  # implementation=None picks one (see dot_product_attention)
-BLOCKED_FROM_KEYS = 1024  # on CPU the blocked kernel beats dense from here (docs/performance.md, "Blocked attention")
+BLOCKED_FROM_KEYS = 1024  # CPU: blocked from here, the shortest length benchmarked (docs/performance.md, "Blocked
+                          # attention": 1.92x faster than dense relu/L at L = 1024, float32)
 
 
 def _visible_keys(score_shape, mask, is_causal, query_seq_lengths, key_value_seq_lengths, local_window_size):
@@ -154,32 +155,34 @@ def _check_drop_in(query, key, value, kind, alpha, weight_scale, implementation,
     if implementation not in (None, "xla") + IMPLEMENTATIONS:
         raise ValueError(f"implementation must be None or one of {', '.join(IMPLEMENTATIONS)} ('xla' means "
                          f"'dense'); got {implementation!r}")
-    if not (query.ndim >= 3 and key.ndim == query.ndim and key.shape == value.shape
+    if not (query.ndim >= 3 and key.ndim == query.ndim and key.shape[:-1] == value.shape[:-1]
             and query.shape[-1] == key.shape[-1] and query.shape[-2] % key.shape[-2] == 0):
-        raise ValueError("expected query (..., T, N, H) and key, value (..., S, K, H) (jax.nn's letters: N heads, "
-                         "K kv heads) with N a multiple of K; got "
+        raise ValueError("expected query (..., T, N, H), key (..., S, K, H) and value (..., S, K, Hv) (jax.nn's "
+                         "letters: N heads, K kv heads) with N a multiple of K; got "
                          f"{query.shape}, {key.shape}, {value.shape}")
     return AttentionConfig(kind=kind, alpha=alpha, scale=weight_scale)
 
 
-def _pick_implementation(implementation, attn_cfg, query, key, plain, is_causal):
-    """implementation=None: the Pallas kernel on a GPU when it supports the call, else the blocked kernel
-    from BLOCKED_FROM_KEYS keys, else dense. plain: no bias, mask, lengths, window, dropout or sown weights."""
+def _pick_implementation(implementation, attn_cfg, query, key, value, plain, is_causal):
+    """implementation=None: the Pallas kernel on a GPU when it supports the call, else on a CPU the blocked
+    kernel from BLOCKED_FROM_KEYS keys, else dense. plain: no bias, mask, lengths, window, dropout or sown weights."""
     num_queries, num_keys, head_dim = query.shape[-3], key.shape[-3], query.shape[-1]
-    can_block = plain and query.ndim == 4 and not (is_causal and num_queries != num_keys)
-    can_pallas = (plain and query.ndim == 4 and not is_causal and query.shape == key.shape and num_keys % 64 == 0
+    can_block = (plain and query.ndim == 4 and key.shape == value.shape
+                 and not (is_causal and num_queries != num_keys))
+    can_pallas = (can_block and not is_causal and query.shape == key.shape and num_keys % 64 == 0
                   and head_dim >= 16 and not head_dim & (head_dim - 1) and jax.default_backend() == "gpu")
     if can_pallas:  # fast/ is only imported when it can run
         from .fast.pallas_attention import KINDS as PALLAS_KINDS
         can_pallas = attn_cfg.kind in PALLAS_KINDS
     if implementation is None:
-        return "pallas" if can_pallas else "blocked" if can_block and num_keys >= BLOCKED_FROM_KEYS else "dense"
+        long_on_cpu = num_keys >= BLOCKED_FROM_KEYS and jax.default_backend() == "cpu"  # the kernel is tuned for CPUs
+        return "pallas" if can_pallas else "blocked" if can_block and long_on_cpu else "dense"
     implementation = "dense" if implementation == "xla" else implementation
     if (implementation == "blocked" and not can_block) or (implementation == "pallas" and not can_pallas):
         raise ValueError(f"implementation={implementation!r} does not support this call: both kernels take 4-d "
-                         "inputs with no bias, mask, sequence lengths, window, dropout or sown weights; 'blocked' "
-                         "with is_causal needs T == S; 'pallas' needs a GPU, no causal mask, T == S a multiple of "
-                         "64, Dh a power of two >= 16 and a kind in fast/pallas_attention.KINDS. "
+                         "inputs with no bias, mask, sequence lengths, window, dropout or sown weights, and Hv == H; "
+                         "'blocked' with is_causal needs T == S; 'pallas' needs a GPU, no causal mask, T == S a "
+                         "multiple of 64, Dh a power of two >= 16 and a kind in fast/pallas_attention.KINDS. "
                          "Use implementation='dense' or None")
     return implementation
 
@@ -195,7 +198,7 @@ def _drop_in(query, key, value, bias, mask, kind, alpha, weight_scale, scale, is
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
     plain = (bias is None and mask is None and query_seq_lengths is None and key_value_seq_lengths is None
              and local_window_size is None and dropout is None and module is None)
-    implementation = _pick_implementation(implementation, attn_cfg, query, key, plain, is_causal)
+    implementation = _pick_implementation(implementation, attn_cfg, query, key, value, plain, is_causal)
     if implementation != "dense":  # the kernels scale by 1 / sqrt(H): fold the rest into the queries
         query = query * (scale * math.sqrt(query.shape[-1]))
         if implementation == "pallas":
@@ -240,7 +243,7 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, kind="relu
     implementation: "dense" (jnp, holds the (B, H, T, L) weights; "xla" is an alias), "blocked"
     (fast/blocked_attention.py: never holds them; no bias or masks other than is_causal) or "pallas"
     (fast/pallas_attention.py, a GPU kernel: point-wise kinds, no masks). None: Pallas on a GPU when it
-    supports the call, else blocked from BLOCKED_FROM_KEYS keys, else dense. return_residual is refused.
+    supports the call, else on a CPU blocked from BLOCKED_FROM_KEYS keys, else dense. return_residual is refused.
     """
     return _drop_in(query, key, value, bias, mask, kind, alpha, weight_scale, scale, is_causal, query_seq_lengths,
                     key_value_seq_lengths, local_window_size, implementation, return_residual)
