@@ -14,7 +14,7 @@ ARGS   ?=
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --quiet -e ".[dev,interop]"
 	touch $(STAMP)
 
 $(DOCS_STAMP): $(STAMP)

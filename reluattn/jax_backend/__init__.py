@@ -15,6 +15,10 @@ reverse mode only), `compute_dtype=jnp.bfloat16` (bfloat16 matmuls, float32 stat
 AttentionConfig(impl="blocked") (the tiled kernel), and `fast.cpu_setup.configure()` (malloc settings for
 XLA:CPU, called by the trainer, never on import). Results are JAX arrays (`np.asarray(x)` / `float(x)`).
 
+In someone else's model: `dot_product_attention(query, key, value, bias, mask, *, kind="relu", alpha=1.0, ...)`
+takes jax.nn.dot_product_attention's arguments, and `attention_fn("relu")` is a Flax attention_fn
+(multihead_attention.py; docs/own-model.md). Flax is never imported.
+
 Files: layers.py attention_weights.py regulariser.py multihead_attention.py mlp.py model.py optim.py
 long_sequences.py, as in NumPy; sharding.py, the one JAX-only file (data parallelism over devices and hosts:
 NumPy has one CPU and no devices to spread over); fast/ (opt-in speed, see fast/__init__.py).
@@ -37,6 +41,8 @@ NumPy <-> JAX, file for file (numpy_backend/X.py beside jax_backend/X.py). A Num
                           (weights_forward / _backward arguments)          (weights_function argument)
                           self_attention_forward / _backward               self_attention
                           attention                                        attention
+                          dot_product_attention (forward only, the         dot_product_attention (jax.nn's drop-in),
+                          reference for the JAX drop-in's values)          attention_fn (Flax's attention_fn)
     mlp.py                mlp_forward / mlp_backward                       mlp
     model.py              patchify, embed_forward / _backward              patchify, embed
                           block_forward / block_backward                   block
@@ -63,16 +69,19 @@ Where they differ, and why:
     dense core (the same values; the NumPy blocked forward is in long_sequences.py, for reading).
   - JAX only: compute_dtype=jnp.bfloat16 and fast=True (the opt-in speed paths of jax_backend/fast/),
     make_train_step (the pure step, to jit with augmentation), and sharding.py (several devices).
+  - dot_product_attention: NumPy's is forward only, the reference values (bias, mask, is_causal); JAX's is
+    the drop-in (also jax.nn's sequence lengths, local window and implementation) with attention_fn (Flax).
 """
 
 from . import attention_weights, layers, long_sequences, mlp, model, multihead_attention, optim, regulariser, sharding
 from .model import apply, attention_regulariser, forward, loss_and_grad, loss_and_logits, loss_terms
-from .multihead_attention import attention
+from .multihead_attention import attention, attention_fn, dot_product_attention
 from .optim import adamw_update, init_optimizer, learning_rate, make_optimizer, make_train_step, train_step
 from .sharding import data_mesh, make_sharded_train_step, replicate, shard_batch, sharded_train_step
 
 __all__ = [
-    "apply", "loss_and_grad", "attention_regulariser", "loss_terms", "attention", "init_optimizer", "train_step",
+    "apply", "loss_and_grad", "attention_regulariser", "loss_terms", "attention", "dot_product_attention",
+    "attention_fn", "init_optimizer", "train_step",
     "learning_rate",
     "forward", "loss_and_logits", "adamw_update", "make_optimizer", "make_train_step",
     "layers", "attention_weights", "multihead_attention", "mlp", "model", "optim", "long_sequences", "regulariser",

@@ -25,7 +25,8 @@ import jax
 import jax.numpy as jnp
 
 from ..checks import check_attention_options, check_attention_shapes
-from .attention_weights import attention_weights, length_factor
+from ..config import AttentionConfig
+from .attention_weights import attention_weights, length_factor, pointwise
 from .layers import canonical_compute_dtype, dense, layernorm, matmul, silu
 from .long_sequences import blocked_attention, causal_attention_weights
 
@@ -121,3 +122,177 @@ def self_attention(x, params, attn_cfg, heads, compute_dtype=None, fast=False, r
         gate = dense(x, params["gate"], compute_dtype, fast)  # (B, T, D)
         out = out * (silu(gate) if attn_cfg.gate_activation == "silu" else gate)  # (B, T, D)
     return dense(out, params["proj"], compute_dtype, fast), weights  # (B, T, D)
+
+
+# ------------------------------------------- a drop-in for jax.nn.dot_product_attention and Flax's attention_fn
+
+IMPLEMENTATIONS = ("dense", "blocked", "pallas")  # implementation=None picks one (see dot_product_attention)
+BLOCKED_FROM_KEYS = 1024  # CPU: blocked from here, the shortest length benchmarked (docs/performance.md, "Blocked
+                          # attention": 1.92x faster than dense relu/L at L = 1024, float32)
+
+
+def _visible_keys(score_shape, mask, is_causal, query_seq_lengths, key_value_seq_lengths, local_window_size):
+    """The keys each query may read, bool (..., H, T, L) like the scores, or None when every key is visible.
+    The masks and their meaning are jax.nn.dot_product_attention's."""
+    num_queries, num_keys = score_shape[-2:]
+    query_pos, key_pos = jnp.arange(num_queries)[:, None], jnp.arange(num_keys)[None, :]  # (T, 1), (1, L)
+    masks = [] if mask is None else [jnp.asarray(mask, bool)]
+    if is_causal:
+        masks.append(key_pos <= query_pos)  # (T, L), top-left aligned as in jax.nn
+    if local_window_size is not None:
+        left, right = ((local_window_size,) * 2 if isinstance(local_window_size, int) else local_window_size)
+        masks.append((key_pos >= query_pos - left) & (key_pos <= query_pos + right))  # (T, L)
+    if key_value_seq_lengths is not None:
+        masks.append(key_pos < jnp.asarray(key_value_seq_lengths)[:, None, None, None])  # (B, 1, 1, L)
+    if query_seq_lengths is not None:
+        masks.append(query_pos < jnp.asarray(query_seq_lengths)[:, None, None, None])  # (B, 1, T, 1)
+    if not masks:
+        return None
+    return functools.reduce(jnp.logical_and, masks, jnp.ones(score_shape, bool))  # (..., H, T, L)
+
+
+def _weights_from_scores(scores, visible, attn_cfg):
+    """Scores (..., H, T, L) float32 -> weights: softmax over the visible keys, or
+    scale * L^-alpha * h(s) on them and 0 elsewhere, with L = the query's visible keys (at least 1)."""
+    if attn_cfg.kind == "softmax":
+        if visible is not None:  # jax.nn's finite stand-in for -inf: a row with no visible key averages all
+            scores = jnp.where(visible, scores, -0.7 * jnp.finfo(scores.dtype).max)
+        return jax.nn.softmax(scores, axis=-1)  # (..., H, T, L)
+    if visible is None:
+        return attention_weights(scores, attn_cfg)  # (..., H, T, L)
+    counts = jnp.maximum(jnp.sum(visible, axis=-1, keepdims=True), 1).astype(scores.dtype)  # (..., H, T, 1)
+    weights = length_factor(attn_cfg, counts) * pointwise(attn_cfg.kind, scores, counts)  # (..., H, T, L)
+    return jnp.where(visible, weights, 0.0)
+
+
+def _check_drop_in(query, key, value, kind, alpha, weight_scale, implementation, return_residual):
+    """The drop-in's own checks (jax.nn's argument checks are left to the arrays' shapes); its AttentionConfig."""
+    if return_residual:
+        raise NotImplementedError("return_residual=True (softmax's log-sum-exp) is not supported: use "
+                                  "jax.nn.dot_product_attention for it")
+    if implementation not in (None, "xla") + IMPLEMENTATIONS:
+        raise ValueError(f"implementation must be None or one of {', '.join(IMPLEMENTATIONS)} ('xla' means "
+                         f"'dense'); got {implementation!r}")
+    if not (query.ndim >= 3 and key.ndim == query.ndim and key.shape[:-1] == value.shape[:-1]
+            and query.shape[-1] == key.shape[-1] and query.shape[-2] % key.shape[-2] == 0):
+        raise ValueError("expected query (..., T, N, H), key (..., S, K, H) and value (..., S, K, Hv) (jax.nn's "
+                         "letters: N heads, K kv heads) with N a multiple of K; got "
+                         f"{query.shape}, {key.shape}, {value.shape}")
+    return AttentionConfig(kind=kind, alpha=alpha, scale=weight_scale)
+
+
+def _pick_implementation(implementation, attn_cfg, query, key, value, plain, is_causal):
+    """implementation=None: the Pallas kernel on a GPU when it supports the call, else on a CPU the blocked
+    kernel from BLOCKED_FROM_KEYS keys, else dense. plain: no bias, mask, lengths, window, dropout or sown weights."""
+    num_queries, num_keys, head_dim = query.shape[-3], key.shape[-3], query.shape[-1]
+    can_block = (plain and query.ndim == 4 and key.shape == value.shape
+                 and not (is_causal and num_queries != num_keys))
+    can_pallas = (can_block and not is_causal and query.shape == key.shape and num_keys % 64 == 0
+                  and head_dim >= 16 and not head_dim & (head_dim - 1) and jax.default_backend() == "gpu")
+    if can_pallas:  # fast/ is only imported when it can run
+        from .fast.pallas_attention import KINDS as PALLAS_KINDS
+        can_pallas = attn_cfg.kind in PALLAS_KINDS
+    if implementation is None:
+        long_on_cpu = num_keys >= BLOCKED_FROM_KEYS and jax.default_backend() == "cpu"  # the kernel is tuned for CPUs
+        return "pallas" if can_pallas else "blocked" if can_block and long_on_cpu else "dense"
+    implementation = "dense" if implementation == "xla" else implementation
+    if (implementation == "blocked" and not can_block) or (implementation == "pallas" and not can_pallas):
+        raise ValueError(f"implementation={implementation!r} does not support this call: both kernels take 4-d "
+                         "inputs with no bias, mask, sequence lengths, window, dropout or sown weights, and Hv == H; "
+                         "'blocked' with is_causal needs T == S; 'pallas' needs a GPU, no causal mask, T == S a "
+                         "multiple of 64, Dh a power of two >= 16 and a kind in fast/pallas_attention.KINDS. "
+                         "Use implementation='dense' or None")
+    return implementation
+
+
+def _drop_in(query, key, value, bias, mask, kind, alpha, weight_scale, scale, is_causal, query_seq_lengths,
+             key_value_seq_lengths, local_window_size, implementation, return_residual, precision=None,
+             dropout=None, module=None):
+    """dot_product_attention and attention_fn's one body. dropout: (rng, rate, broadcast) or None."""
+    query, key, value = (jnp.asarray(x) for x in (query, key, value))
+    attn_cfg = _check_drop_in(query, key, value, kind, alpha, weight_scale, implementation, return_residual)
+    repeats = query.shape[-2] // key.shape[-2]  # grouped-query attention: query head n reads kv head n // repeats
+    key, value = (jnp.repeat(x, repeats, axis=-2) for x in (key, value))  # (..., L, H, Dh)
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+    plain = (bias is None and mask is None and query_seq_lengths is None and key_value_seq_lengths is None
+             and local_window_size is None and dropout is None and module is None)
+    implementation = _pick_implementation(implementation, attn_cfg, query, key, value, plain, is_causal)
+    if implementation != "dense":  # the kernels scale by 1 / sqrt(H): fold the rest into the queries
+        query = query * (scale * math.sqrt(query.shape[-1]))
+        if implementation == "pallas":
+            from .fast.pallas_attention import pallas_attention
+            return pallas_attention(query, key, value, attn_cfg)
+        return blocked_attention(query, key, value, attn_cfg, causal=is_causal)
+    score_dtype = jnp.promote_types(query.dtype, jnp.float32)
+    scores = jnp.einsum("...qhd,...khd->...hqk", query, key, precision=precision,
+                        preferred_element_type=score_dtype) * scale  # (..., H, T, L)
+    if bias is not None:
+        scores = (scores + bias).astype(score_dtype)
+    visible = _visible_keys(scores.shape, mask, is_causal, query_seq_lengths, key_value_seq_lengths,
+                            local_window_size)  # (..., H, T, L) or None
+    weights = _weights_from_scores(scores, visible, attn_cfg).astype(value.dtype)  # (..., H, T, L)
+    if module is not None:  # Flax's sow_weights=True: the weights before dropout, as Flax keeps them
+        module.sow("intermediates", "attention_weights", weights)
+    if dropout is not None:
+        rng, rate, broadcast = dropout
+        shape = (1,) * (key.ndim - 2) + weights.shape[-2:] if broadcast else weights.shape  # as in Flax
+        weights = weights * (jax.random.bernoulli(rng, 1.0 - rate, shape) / (1.0 - rate)).astype(weights.dtype)
+    out = jnp.einsum("...hqk,...khd->...qhd", weights, value, precision=precision)  # (..., T, H, Dh)
+    if query_seq_lengths is not None:  # padded queries read nothing, as in jax.nn
+        out = out * (jnp.arange(out.shape[-3])[:, None, None] < jnp.asarray(query_seq_lengths)[:, None, None, None])
+    return out
+
+
+def dot_product_attention(query, key, value, bias=None, mask=None, *, kind="relu", alpha=1.0, weight_scale=1.0,
+                          scale=None, is_causal=False, query_seq_lengths=None, key_value_seq_lengths=None,
+                          local_window_size=None, implementation=None, return_residual=False):
+    """jax.nn.dot_product_attention with the weights of `kind`: query (B, T, N, H), key and value (B, S, K, H)
+    (or without B; N a multiple of K) -> (B, T, N, H). The arguments jax.nn has mean what they mean there.
+
+    scores s = scale * q.k + bias (scale: default 1 / sqrt(H)); visible keys: mask & is_causal (key j <= query
+    i) & local_window_size & key_value_seq_lengths & query_seq_lengths (padded queries output 0). Weights:
+    kind="softmax": jax.nn's softmax over the visible keys (same output to float32 rounding); a point-wise
+    kind: weight_scale * L^-alpha * h(s) on the visible keys and 0 on the others, L = the number of keys
+    THIS query sees (for a padding mask, the real keys; under is_causal, i + 1). Masked keys are not part of
+    the sequence, so they neither weigh nor count. relu with alpha=1 is ReLU / L (Wortsman et al. 2023, who use
+    it in bidirectional ViTs only); L = i + 1 under a causal mask is the per-query count of ReLUFormer (Shen
+    et al. 2023; a secondary reading, beyond that paper's abstract), also `attention(..., causal=True)`.
+
+    implementation: "dense" (jnp, holds the (B, H, T, L) weights; "xla" is an alias), "blocked"
+    (fast/blocked_attention.py: never holds them; no bias or masks other than is_causal) or "pallas"
+    (fast/pallas_attention.py, a GPU kernel: point-wise kinds, no masks). None: Pallas on a GPU when it
+    supports the call, else on a CPU blocked from BLOCKED_FROM_KEYS keys, else dense. return_residual is refused.
+    """
+    return _drop_in(query, key, value, bias, mask, kind, alpha, weight_scale, scale, is_causal, query_seq_lengths,
+                    key_value_seq_lengths, local_window_size, implementation, return_residual)
+
+
+def attention_fn(kind="relu", *, alpha=1.0, weight_scale=1.0, implementation=None):
+    """The `attention_fn` of flax.nnx.MultiHeadAttention / flax.linen.MultiHeadDotProductAttention (and a
+    jax.nn.dot_product_attention stand-in) with `kind`, alpha and weight_scale fixed:
+
+        nnx.MultiHeadAttention(..., attention_fn=reluattn.jax_backend.attention_fn("relu"))
+
+    It takes Flax's keywords: dropout as Flax does it (on the weights, broadcast over the batch and heads when
+    broadcast_dropout), dtype (q, k, v cast to it), precision, module (sow_weights=True: the weights are
+    sown as "attention_weights"); force_fp32_for_softmax and the einsum hooks of Linen are accepted and
+    ignored (the scores and weights are float32 anyway)."""
+    AttentionConfig(kind=kind, alpha=alpha, scale=weight_scale)  # a bad kind or alpha fails here, not at the call
+
+    def reluattn_attention(query, key, value, bias=None, mask=None, broadcast_dropout=True, dropout_rng=None,
+                           dropout_rate=0.0, deterministic=False, dtype=None, precision=None, module=None,
+                           is_causal=False, force_fp32_for_softmax=False, qk_attn_weights_einsum=None,
+                           attn_weights_value_einsum=None, *, scale=None, query_seq_lengths=None,
+                           key_value_seq_lengths=None, local_window_size=None, return_residual=False):
+        if dtype is not None:
+            query, key, value = (jnp.asarray(x, dtype) for x in (query, key, value))
+        dropout = None
+        if dropout_rate > 0.0 and not deterministic:
+            if dropout_rng is None:
+                raise ValueError("dropout_rate > 0 without deterministic=True needs a dropout_rng")
+            dropout = (dropout_rng, float(dropout_rate), bool(broadcast_dropout))
+        return _drop_in(query, key, value, bias, mask, kind, alpha, weight_scale, scale, is_causal,
+                        query_seq_lengths, key_value_seq_lengths, local_window_size, implementation, return_residual,
+                        precision, dropout, module)
+
+    return reluattn_attention

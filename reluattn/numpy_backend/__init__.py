@@ -5,7 +5,8 @@ Files, in reading order (the ViT path is the first seven):
     layers.py               dense, LayerNorm, GELU, ReLU, SiLU, softmax, cross-entropy
     attention_weights.py    scores -> weights for every attention kind (softmax, relu / L, ...)
     regulariser.py          ReLUFormer's attention regulariser R (row sums and entropies; secondary reading)
-    multihead_attention.py  the multi-head core and the self-attention layer; attention(q, k, v)
+    multihead_attention.py  the multi-head core and the self-attention layer; attention(q, k, v);
+                            dot_product_attention (jax.nn's arguments, the JAX drop-in's reference)
     mlp.py                  the MLP (gelu, relu, softmax, softmax_ln)
     model.py                patch embedding, blocks, head: apply, loss_and_grad
     optim.py                AdamW + clipping + warm-up/cosine schedule: init_optimizer, train_step
@@ -33,6 +34,8 @@ NumPy <-> JAX, file for file (numpy_backend/X.py beside jax_backend/X.py). A Num
                           (weights_forward / _backward arguments)          (weights_function argument)
                           self_attention_forward / _backward               self_attention
                           attention                                        attention
+                          dot_product_attention (forward only, the         dot_product_attention (jax.nn's drop-in),
+                          reference for the JAX drop-in's values)          attention_fn (Flax's attention_fn)
     mlp.py                mlp_forward / mlp_backward                       mlp
     model.py              patchify, embed_forward / _backward              patchify, embed
                           block_forward / block_backward                   block
@@ -59,6 +62,8 @@ Where they differ, and why:
     dense core (the same values; the NumPy blocked forward is in long_sequences.py, for reading).
   - JAX only: compute_dtype=jnp.bfloat16 and fast=True (the opt-in speed paths of jax_backend/fast/),
     make_train_step (the pure step, to jit with augmentation), and sharding.py (several devices).
+  - dot_product_attention: NumPy's is forward only, the reference values (bias, mask, is_causal); JAX's is
+    the drop-in (also jax.nn's sequence lengths, local window and implementation) with attention_fn (Flax).
 
 Shape legend, used in the shape comment on every line that makes a tensor:
     B   batch                          S   image side in pixels
@@ -72,11 +77,11 @@ Shape legend, used in the shape comment on every line that makes a tensor:
 """
 
 from . import attention_weights, layers, long_sequences, mlp, model, multihead_attention, optim, regulariser
-from .multihead_attention import attention
+from .multihead_attention import attention, dot_product_attention
 from .model import apply, attention_regulariser, loss_and_grad
 from .optim import init_optimizer, learning_rate, train_step
 
-__all__ = ["apply", "loss_and_grad", "attention_regulariser", "attention", "init_optimizer", "train_step",
-           "learning_rate",
+__all__ = ["apply", "loss_and_grad", "attention_regulariser", "attention", "dot_product_attention", "init_optimizer",
+           "train_step", "learning_rate",
            "layers", "attention_weights", "multihead_attention", "mlp", "model", "optim", "long_sequences",
            "regulariser"]

@@ -25,11 +25,12 @@ from typing import NamedTuple
 import numpy as np
 
 from ..checks import check_attention_options, check_attention_shapes
+from ..config import AttentionConfig
 from .attention_weights import (AttentionWeightsCache, attention_weights_backward, attention_weights_forward,
                                 learned_attention_weights_backward, learned_attention_weights_forward,
-                                learned_length_backward)
+                                learned_length_backward, length_factor, pointwise)
 from .layers import (DenseCache, LayerNormCache, SiluCache, dense_backward, dense_forward, layernorm_backward,
-                     layernorm_forward, silu_backward, silu_forward)
+                     layernorm_forward, silu_backward, silu_forward, softmax)
 from .long_sequences import DEFAULT_BLOCK_SIZE, blocked_attention_forward, causal_attention_weights_forward
 
 
@@ -104,6 +105,31 @@ def attention(q, k, v, attn_cfg, *, impl=None, block_size=None, causal=False, ca
     else:
         out = heads_attention_forward(q, k, v, attn_cfg)[0]  # (B, H, L, Dh)
     return out.transpose(to_heads_first)  # (B, L, H, Dh)
+
+
+def dot_product_attention(query, key, value, bias=None, mask=None, *, kind="relu", alpha=1.0, weight_scale=1.0,
+                          scale=None, is_causal=False):
+    """The reference for jax_backend.dot_product_attention, forward only, in jax.nn's letters: query
+    (B, T, N, H), key and value (B, S, K, H), N heads a multiple of K kv heads -> (B, T, N, H).
+    s = scale * q.k + bias (scale: default 1 / sqrt(H)); the visible keys are mask & (j <= i if is_causal);
+    softmax over them, or weight_scale * L^-alpha * h(s) on them with L = the query's own number of visible
+    keys (at least 1). (The JAX drop-in's sequence lengths and local window are more masks: pass `mask`.)"""
+    attn_cfg = AttentionConfig(kind=kind, alpha=alpha, scale=weight_scale)
+    query, key, value = (np.asarray(t, dtype=np.float64) for t in (query, key, value))
+    repeats = query.shape[2] // key.shape[2]  # grouped-query attention: query head n reads kv head n // repeats
+    key, value = (np.repeat(t, repeats, axis=2) for t in (key, value))  # (B, L, H, Dh)
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+    scores = np.einsum("bqhd,bkhd->bhqk", query, key) * scale  # (B, H, T, L)
+    scores = scores if bias is None else scores + np.asarray(bias)
+    visible = np.ones(scores.shape, bool) if mask is None else np.broadcast_to(np.asarray(mask, bool), scores.shape)
+    if is_causal:
+        visible = visible & np.tri(*scores.shape[-2:], dtype=bool)  # (B, H, T, L): key j <= query i
+    if kind == "softmax":
+        weights = softmax(np.where(visible, scores, -0.7 * np.finfo(np.float64).max))  # (B, H, T, L)
+    else:
+        counts = np.maximum(visible.sum(axis=-1, keepdims=True), 1)  # (B, H, T, 1)
+        weights = np.where(visible, length_factor(attn_cfg, counts) * pointwise(kind, scores, counts), 0.0)
+    return np.einsum("bhqk,bkhd->bqhd", weights, value)  # (B, T, H, Dh)
 
 
 # ---------------------------------------------------------------------------- the multi-head layer
