@@ -31,10 +31,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 from pathlib import Path
+
+from reluattn.training.sweep import cpu_model
 
 from timing import time_calls, timed
 
@@ -43,15 +44,7 @@ BATCH, HEADS, HEAD_DIM = 2, 4, 64
 
 
 def cpu_description():
-    model = platform.processor() or "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{model}, {os.cpu_count()} logical CPUs"
+    return f"{cpu_model()}, {os.cpu_count()} logical CPUs"
 
 
 def load_average():

@@ -264,8 +264,8 @@ def main(argv=None):
         workers[backend] = subprocess.Popen([sys.executable, os.path.abspath(__file__), *forwarded, "--worker", backend],
                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         about[backend] = json.loads(workers[backend].stdout.readline())["about"]
-    model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
-                 platform.machine()) if os.path.exists("/proc/cpuinfo") else platform.machine()
+    from reluattn.training.sweep import cpu_model
+    model = cpu_model()
     base = reference_config(args)
     print(f"# {model}, {usable_cores()} cores usable; {platform.system()} {platform.release()}, Python {platform.python_version()}")
     for backend, text in about.items():

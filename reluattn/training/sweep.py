@@ -35,17 +35,20 @@ from .run_folder import CELL_RECORD, CONFIG_COPY, FEWSHOT, TRAIN_LOG, remove_our
 RESTARTABLE_FILES = ("metrics.jsonl", "summary.json", TRAIN_LOG, CELL_RECORD, FEWSHOT, CONFIG_COPY)
 
 
-def machine_description() -> str:
-    """"AMD EPYC, 2 cores" — the CPU model (from /proc/cpuinfo where there is one) and the core count."""
-    model = platform.processor() or platform.machine()
+def cpu_model() -> str:
+    """The CPU's model name ("AMD EPYC"), from /proc/cpuinfo where there is one (the benchmarks print it too)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return f"{model}, {os.cpu_count()} cores"
+    return platform.processor() or platform.machine()
+
+
+def machine_description() -> str:
+    """"AMD EPYC, 2 cores": the CPU model and the core count."""
+    return f"{cpu_model()}, {os.cpu_count()} cores"
 
 
 def write_json_atomically(path: Path, data) -> None:
