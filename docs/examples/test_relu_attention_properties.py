@@ -14,7 +14,7 @@ import reluattn.testing as rt
 def relu_attention(q, k, v, attn_cfg, causal=False, causal_length="per_query"):
     """scale * n^-alpha * relu(q.k / sqrt(Dh)) @ v; q (B, T, H, Dh), k and v (B, L, H, Dh)."""
     num_queries, num_keys = q.shape[1], k.shape[1]
-    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(q.shape[-1])  # (B, H, T, L)
+    scores = jnp.einsum("bthd,blhd->bhtl", q, k) / math.sqrt(q.shape[-1])  # (B, H, T, L)
     weights = jax.nn.relu(scores)  # jax.nn.relu: relu'(0) = 0, as the reference (jnp.maximum gives 1/2)
     counts = jnp.full((num_queries, 1), num_keys, scores.dtype)  # n: the keys each query sees
     if causal:  # query i sees keys j <= i
@@ -23,7 +23,7 @@ def relu_attention(q, k, v, attn_cfg, causal=False, causal_length="per_query"):
         if causal_length == "per_query":
             counts = jnp.arange(1, num_queries + 1, dtype=scores.dtype)[:, None]
     weights = attn_cfg.scale * counts ** -attn_cfg.alpha * weights  # (B, H, T, L)
-    return jnp.einsum("bhqk,bkhd->bqhd", weights, v)  # (B, T, H, Dh)
+    return jnp.einsum("bhtl,blhd->bthd", weights, v)  # (B, T, H, Dh)
 
 
 # The whole property suite, one line per property.
