@@ -83,13 +83,16 @@ def _alpha_name(alpha: float) -> str:
     return f"{alpha:g}".replace(".", "p")
 
 
+ALPHA_SWEEP_KINDS = ("relu", "relu2", "gelu", "softplus", "sigmoid", "identity")  # the h of Wortsman et al.'s Fig. 2
+
+
 def _alpha_sweep(scale):
     cells = []
     for tokens in (17, 65):
         geometry = _tokens_flags(tokens, scale)
         cells.append(Cell(f"t{tokens}-softmax", {"tokens": tokens, "kind": "softmax", "alpha": None},
                           {**geometry, "--attention": "softmax"}))
-        for kind in ("relu", "relu2", "gelu", "softplus", "sigmoid", "identity"):
+        for kind in ALPHA_SWEEP_KINDS:
             for alpha in (0.0, 0.5, 1.0, 1.5, 2.0):
                 cells.append(Cell(f"t{tokens}-{kind}-a{_alpha_name(alpha)}",
                                   {"tokens": tokens, "kind": kind, "alpha": alpha},

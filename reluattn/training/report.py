@@ -6,7 +6,8 @@ One row per run (cell x seed): the cell's grid coordinates, seed, best and final
 few-shot accuracy (when measured), training FLOPs, wall time, machine, attention statistics and learned
 alphas (when the run logged them), and the run's full config (JSON only). Figures show the mean over
 seeds with error bars of one standard deviation; softmax is drawn as a reference line with its band.
-Means, spreads and the comparison behind the verdicts are in seed_statistics.py.
+Means, spreads and the test behind the verdicts are in seed_statistics.py; the comparisons each verdict
+rests on (pairs of cells, a - b) are in verdicts.py and land in results.json under "comparisons".
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import numpy as np
 from .experiments import EXPERIMENTS, cells_of
 from .files import write_atomically
 from .seed_statistics import LABEL_COLUMNS, aggregate
+from .verdicts import judge
 
 VALUE_COLUMNS = ("best_val_accuracy", "final_val_accuracy", "fewshot_accuracy", "train_flops", "wall_time_s",
                  "attention_entropy_ratio", "attention_zero_fraction", "attention_top_share",
@@ -134,7 +136,8 @@ def write_report(experiment: str, out, *, scale: str | None = None) -> dict:
                "source": EXPERIMENTS[experiment].source, "scale": scale, "cells_expected": expected,
                "runs": len(rows), "runs_done": sum(r["status"] == "done" for r in rows),
                "runs_failed": [r["cell"] + f"/seed{r['seed']}" for r in rows if r["status"] == "failed"],
-               "cells": aggregate(rows), "rows": rows}
+               "cells": aggregate(rows), "comparisons": judge(experiment, rows, scale or "cpu"), "rows": rows}
     write_atomically(out / "results.json", json.dumps(summary, indent=1, sort_keys=True, default=str) + "\n")
     figure = FIGURES[EXPERIMENTS[experiment].figure](rows, out / f"{experiment}.png", experiment)
-    return {"table": str(table), "json": str(out / "results.json"), "figure": str(figure) if figure else None}
+    return {"table": str(table), "json": str(out / "results.json"), "figure": str(figure) if figure else None,
+            "comparisons": summary["comparisons"]}

@@ -309,10 +309,13 @@ def command(args, data: str | None) -> int:
         return 0
     if args.report:
         from .report import write_report
+        from .verdicts import describe
         if not out.is_dir():
             raise ValueError(f"{out} is not a sweep folder; pass the --out of the sweep")
         paths = write_report(args.experiment, out, scale=args.scale)
         print(f"wrote {paths['table']}, {paths['json']}, {paths['figure']}")
+        for result in paths["comparisons"]:
+            print(describe(result))
         return 0
     counts = run_sweep(args.experiment, scale=args.scale, seeds=args.seeds, out=out, data=data, cells=args.cells,
                        progress=not args.no_progress)
