@@ -8,7 +8,7 @@
                                                           course's answer keys, rubrics and notes
 
 The tutorials are executed with RELUATTN_QUICK=1 (a smaller run of each; set RELUATTN_QUICK=0 to render the
-full runs). The notebooks of the build's audience are copied into docs/tutorials/ first (a generated folder,
+full runs), as `make notebooks` runs them for the outputs committed in tutorials/*.ipynb. The notebooks of the build's audience are copied into docs/tutorials/ first (a generated folder,
 not committed), so both sites have the same page names. Formulas are rendered by MathJax 3 served from the site itself
 (sphinx-mathjax-offline), so the pages need no network.
 """
@@ -99,7 +99,9 @@ def setup(app):
 
 # ------------------------------------------------------------------------------------------- notebooks
 
-nb_execution_mode = "off" if STUDENT else "auto"  # the instructor site runs every notebook without outputs
+# The instructor site runs every notebook again (its committed outputs are replaced by this build's); the
+# student site shows the exercise versions as they are, without outputs.
+nb_execution_mode = "off" if STUDENT else "force"
 nb_execution_timeout = 600           # seconds per cell
 nb_execution_raise_on_error = True   # a failing check cell fails the build
 nb_execution_show_tb = True

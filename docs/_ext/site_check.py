@@ -6,7 +6,8 @@ the same functions on the committed notebooks).
 Student site: no solution code (the `# BEGIN SOLUTION` markers, the tutorials' marked solution lines, the
 marked formulas, and the bodies of reluattn's own answers that the checkers refuse). Both sites: no absolute
 path of the build machine (/work/, /root/, /home/, /tmp/, /Users/). HTML is read as text: tags removed and
-entities decoded, so code split into highlighting spans reads as it was typed.
+entities decoded, so code split into highlighting spans reads as it was typed; a notebook is read as its
+cells' sources and the text of their outputs (printed lines, errors, text results), not the images' data.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import html
 import importlib.util
+import json
 import re
 import sys
 from pathlib import Path
@@ -21,6 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 MACHINE_PATH = re.compile(r"(?<![\w.~/-])/(?:work|root|home|tmp|Users)/[\w.-]+")
 TEXT_SUFFIXES = (".html", ".txt", ".js", ".ipynb", ".md")
+TEXT_OUTPUTS = ("text/plain", "text/html", "text/markdown", "text/latex")
 
 
 def machine_paths(text: str) -> list[str]:
@@ -28,10 +31,30 @@ def machine_paths(text: str) -> list[str]:
     return MACHINE_PATH.findall(text)
 
 
+def joined(part) -> str:
+    """A notebook's multi-line string, stored as one string or as a list of lines."""
+    return part if isinstance(part, str) else "".join(part)
+
+
+def notebook_text(text: str) -> str:
+    """A notebook (its JSON) as the text a reader sees: every cell's source and its outputs' text (printed
+    streams, tracebacks, text results), leaving out the base64 data of images, which can spell anything."""
+    parts = []
+    for cell in json.loads(text)["cells"]:
+        parts.append(joined(cell["source"]))
+        for output in cell.get("outputs", []):
+            parts += [joined(output.get("text", "")), *output.get("traceback", [])]
+            parts += [joined(output.get("data", {}).get(kind, "")) for kind in TEXT_OUTPUTS]
+    return "\n".join(parts)
+
+
 def page_text(path: Path) -> str:
-    """A built file as text: for HTML, its tags removed and its entities decoded."""
+    """A built or committed file as text: for HTML, its tags removed and its entities decoded; for a notebook,
+    its notebook_text."""
     text = path.read_text(encoding="utf-8", errors="replace")
-    return html.unescape(re.sub(r"<[^>]+>", "", text)) if path.suffix == ".html" else text
+    if path.suffix == ".html":
+        return html.unescape(re.sub(r"<[^>]+>", "", text))
+    return notebook_text(text) if path.suffix == ".ipynb" else text
 
 
 def make_exercises():
