@@ -49,12 +49,12 @@ def notebook_text(text: str) -> str:
 
 
 def page_text(path: Path) -> str:
-    """A built or committed file as text: for HTML, its tags removed and its entities decoded; for a notebook,
-    its notebook_text."""
+    """A built or committed file as text: for HTML, its tags removed and its entities decoded; for a notebook
+    (or a site's copy of one, NAME.ipynb.txt), its notebook_text."""
     text = path.read_text(encoding="utf-8", errors="replace")
     if path.suffix == ".html":
         return html.unescape(re.sub(r"<[^>]+>", "", text))
-    return notebook_text(text) if path.suffix == ".ipynb" else text
+    return notebook_text(text) if path.name.endswith((".ipynb", ".ipynb.txt")) else text
 
 
 def make_exercises():
