@@ -93,8 +93,33 @@ def optional_pages(app, docname, source):
         source[0] = source[0].replace("instructor-pages-here", "" if STUDENT else "\n".join(INSTRUCTOR_PAGES))
 
 
+def notebook_links(app, doctree):
+    """Under the title of each tutorial's page, links to download its notebook: the exercise version on the
+    student site; the notebook with its solutions and outputs, and its exercise version, on the instructor's.
+    (Before Sphinx collects the downloads of the page: its handler runs at the default priority, 500.)"""
+    from docutils import nodes
+    from sphinx import addnodes
+
+    docname = app.env.docname
+    if not docname.startswith("tutorials/") or not (DOCS / f"{docname}.ipynb").exists():
+        return
+    name = docname.split("/", 1)[1] + ".ipynb"
+    links = ([("the notebook to run (exercise version)", name)] if STUDENT else
+             [("this notebook, with solutions and outputs", name),
+              ("its exercise version, for students", f"exercises/{name}")])
+    paragraph = nodes.paragraph("", "Download: ", classes=["notebook-links"])
+    for number, (text, target) in enumerate(links):
+        link = addnodes.download_reference("", "", reftarget=target, refdoc=docname, refexplicit=True)
+        link += nodes.inline(text, text)
+        paragraph += [nodes.Text(" · ")] if number else []
+        paragraph += link
+    title_section = next(iter(doctree.findall(nodes.section)))
+    title_section.insert(1, paragraph)
+
+
 def setup(app):
     app.connect("source-read", optional_pages)
+    app.connect("doctree-read", notebook_links, priority=400)
 
 
 # ------------------------------------------------------------------------------------------- notebooks

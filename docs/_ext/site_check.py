@@ -5,9 +5,11 @@ the same functions on the committed notebooks).
 
 Student site: no solution code (the `# BEGIN SOLUTION` markers, the tutorials' marked solution lines, the
 marked formulas, and the bodies of reluattn's own answers that the checkers refuse). Both sites: no absolute
-path of the build machine (/work/, /root/, /home/, /tmp/, /Users/). HTML is read as text: tags removed and
-entities decoded, so code split into highlighting spans reads as it was typed; a notebook is read as its
-cells' sources and the text of their outputs (printed lines, errors, text results), not the images' data.
+path of the build machine (/work/, /root/, /home/, /tmp/, /Users/), and each tutorial page links its
+notebooks for download (the student site the exercise version, the instructor's both versions). HTML is
+read as text: tags removed and entities decoded, so code split into highlighting spans reads as it was
+typed; a notebook is read as its cells' sources and the text of their outputs (printed lines, errors, text
+results), not the images' data.
 """
 
 from __future__ import annotations
@@ -79,6 +81,22 @@ def problems(student: Path | None, instructor: Path | None) -> list[str]:
     for site in filter(None, (student, instructor)):
         for path in site_files(site):
             found += [f"{path}: machine path {hit}" for hit in dict.fromkeys(machine_paths(page_text(path)))]
+    for site, wanted in ((student, 1), (instructor, 2)):
+        found += notebook_link_problems(site, wanted) if site is not None else []
+    return found
+
+
+def notebook_link_problems(site: Path, wanted: int) -> list[str]:
+    """Each tutorial page's download links (docs/conf.py, notebook_links): `wanted` notebooks of its name
+    (the student site: the exercise version; the instructor's: the tutorial and its exercise version), each
+    a file of the site."""
+    found = []
+    for page in sorted((site / "tutorials").glob("[0-9][0-9]_*.html")):
+        block = re.search(r'<p class="notebook-links">(.*?)</p>', page.read_text(encoding="utf-8"), flags=re.S)
+        targets = re.findall(r'href="([^"]+)"', block.group(1)) if block else []
+        good = [t for t in targets if t.endswith(f"/{page.stem}.ipynb") and (page.parent / t).resolve().is_file()]
+        if len(good) != wanted:
+            found.append(f"{page}: {len(good)} download links to its notebook, not {wanted}")
     return found
 
 

@@ -220,6 +220,26 @@ def test_the_site_check_finds_solutions_and_machine_paths(tmp_path):
     assert any("machine path /home/someone" in problem for problem in problems)
 
 
+def test_the_site_check_wants_each_tutorial_page_to_link_its_notebooks(tmp_path):
+    check = site_check()
+    (tmp_path / "_downloads" / "a").mkdir(parents=True)
+    (tmp_path / "_downloads" / "b").mkdir()
+    (tmp_path / "_downloads" / "a" / "01_x.ipynb").write_text("{}")
+    (tmp_path / "_downloads" / "b" / "01_x.ipynb").write_text("{}")
+    (tmp_path / "tutorials").mkdir()
+    page = tmp_path / "tutorials" / "01_x.html"
+    link = '<a class="reference download internal" href="../_downloads/{}/01_x.ipynb">x</a>'
+    page.write_text(f'<h1>01</h1><p class="notebook-links">Download: {link.format("a")}</p>')
+    assert check.notebook_link_problems(tmp_path, 1) == []
+    assert check.notebook_link_problems(tmp_path, 2) == [f"{page}: 1 download links to its notebook, not 2"]
+    page.write_text(f'<h1>01</h1><p class="notebook-links">Download: {link.format("a")} · {link.format("b")}</p>')
+    assert check.notebook_link_problems(tmp_path, 2) == []
+    page.write_text(f'<h1>01</h1><p class="notebook-links">Download: {link.format("a")} · {link.format("c")}</p>')
+    assert len(check.notebook_link_problems(tmp_path, 2)) == 1  # a link to no file of the site
+    page.write_text("<h1>01</h1><p>no links</p>")
+    assert len(check.notebook_link_problems(tmp_path, 1)) == 1
+
+
 def test_slides_start_at_each_section():
     module = load_script(DOCS / "_ext" / "make_slides.py")
     notebook = module.with_slide_breaks(nbformat.read(NOTEBOOKS[0], as_version=4))
