@@ -8,7 +8,7 @@
                                                           course's answer keys, rubrics and notes
 
 The tutorials are executed with RELUATTN_QUICK=1 (a smaller run of each; set RELUATTN_QUICK=0 to render the
-full runs). The notebooks of the build's audience are copied into docs/tutorials/ first (a generated folder,
+full runs), as `make notebooks` runs them for the outputs committed in tutorials/*.ipynb. The notebooks of the build's audience are copied into docs/tutorials/ first (a generated folder,
 not committed), so both sites have the same page names. Formulas are rendered by MathJax 3 served from the site itself
 (sphinx-mathjax-offline), so the pages need no network.
 """
@@ -93,13 +93,40 @@ def optional_pages(app, docname, source):
         source[0] = source[0].replace("instructor-pages-here", "" if STUDENT else "\n".join(INSTRUCTOR_PAGES))
 
 
+def notebook_links(app, doctree):
+    """Under the title of each tutorial's page, links to download its notebook: the exercise version on the
+    student site; the notebook with its solutions and outputs, and its exercise version, on the instructor's.
+    (Before Sphinx collects the downloads of the page: its handler runs at the default priority, 500.)"""
+    from docutils import nodes
+    from sphinx import addnodes
+
+    docname = app.env.docname
+    if not docname.startswith("tutorials/") or not (DOCS / f"{docname}.ipynb").exists():
+        return
+    name = docname.split("/", 1)[1] + ".ipynb"
+    links = ([("the notebook to run (exercise version)", name)] if STUDENT else
+             [("this notebook, with solutions and outputs", name),
+              ("its exercise version, for students", f"exercises/{name}")])
+    paragraph = nodes.paragraph("", "Download: ", classes=["notebook-links"])
+    for number, (text, target) in enumerate(links):
+        link = addnodes.download_reference("", "", reftarget=target, refdoc=docname, refexplicit=True)
+        link += nodes.inline(text, text)
+        paragraph += [nodes.Text(" · ")] if number else []
+        paragraph += link
+    title_section = next(iter(doctree.findall(nodes.section)))
+    title_section.insert(1, paragraph)
+
+
 def setup(app):
     app.connect("source-read", optional_pages)
+    app.connect("doctree-read", notebook_links, priority=400)
 
 
 # ------------------------------------------------------------------------------------------- notebooks
 
-nb_execution_mode = "off" if STUDENT else "auto"  # the instructor site runs every notebook without outputs
+# The instructor site runs every notebook again (its committed outputs are replaced by this build's); the
+# student site shows the exercise versions as they are, without outputs.
+nb_execution_mode = "off" if STUDENT else "force"
 nb_execution_timeout = 600           # seconds per cell
 nb_execution_raise_on_error = True   # a failing check cell fails the build
 nb_execution_show_tb = True

@@ -147,13 +147,15 @@ def solution_lines() -> list[str]:
 
 
 def student_notebook(tutorial: Path):
-    """The student version of one tutorial, as a notebook object without outputs."""
+    """The student version of one tutorial, as a notebook object without outputs (the tutorials are committed
+    with theirs)."""
     notebook = nbformat.read(tutorial, as_version=4)
+    notebook.metadata.pop("reluattn", None)  # how the tutorial's outputs were made (execute_tutorials.py)
     names = [name for cell in notebook.cells if cell.cell_type == "code" for name in exercise_functions(cell.source)]
     for cell in notebook.cells:
         if cell.cell_type == "code":
             cell.source = blank_out(cell.source)
-            cell.outputs, cell.execution_count = [], None
+            cell.outputs, cell.execution_count = [], None  # a solution cell's output would give it away
         elif cell.cell_type == "markdown":
             cell.source = hide_answers(cell.source)
     intro = nbformat.v4.new_markdown_cell(

@@ -1,12 +1,12 @@
 """Slides from the tutorials, with nbconvert's reveal.js exporter (what `jupyter nbconvert --to slides` runs).
 
-    python docs/_ext/make_slides.py                     # executes each tutorial (RELUATTN_QUICK=1), then
-                                                        # docs/_build/slides/NN_*.slides.html
-    python docs/_ext/make_slides.py --no-execute 01     # one tutorial, code and text only
+    python docs/_ext/make_slides.py                     # docs/_build/slides/NN_*.slides.html, with the
+                                                        # outputs committed in the tutorials (make notebooks)
+    python docs/_ext/make_slides.py --execute 01        # one tutorial, run again first (RELUATTN_QUICK=1)
 
 Each `#` or `##` heading of a markdown cell starts a new slide; every other cell continues the slide above.
-The tutorials are committed without this metadata and without outputs, so it is added here, on a copy. The
-decks load reveal.js from its CDN when opened.
+The tutorials are committed without this metadata, so it is added here, on a copy. The decks load reveal.js
+from its CDN when opened.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("only", nargs="*", help="tutorial name prefixes, e.g. 01 02 (default: all)")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "_build" / "slides")
-    parser.add_argument("--no-execute", action="store_true", help="code and text only, no outputs")
+    parser.add_argument("--execute", action="store_true", help="run each tutorial again (quick mode) first")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     for tutorial in sorted(TUTORIALS.glob("[0-9][0-9]_*.ipynb")):
@@ -58,7 +58,7 @@ def main(argv=None) -> int:
         target = args.out / f"{tutorial.stem}.slides.html"
         handle, temporary = tempfile.mkstemp(dir=args.out, suffix=".tmp")
         with os.fdopen(handle, "w", encoding="utf-8") as file:
-            file.write(slides(tutorial, execute=not args.no_execute))
+            file.write(slides(tutorial, execute=args.execute))
         os.chmod(temporary, 0o644)
         os.replace(temporary, target)
         print(f"wrote {target}")

@@ -5,8 +5,11 @@ the same functions on the committed notebooks).
 
 Student site: no solution code (the `# BEGIN SOLUTION` markers, the tutorials' marked solution lines, the
 marked formulas, and the bodies of reluattn's own answers that the checkers refuse). Both sites: no absolute
-path of the build machine (/work/, /root/, /home/, /tmp/, /Users/). HTML is read as text: tags removed and
-entities decoded, so code split into highlighting spans reads as it was typed.
+path of the build machine (/work/, /root/, /home/, /tmp/, /Users/), and each tutorial page links its
+notebooks for download (the student site the exercise version, the instructor's both versions). HTML is
+read as text: tags removed and entities decoded, so code split into highlighting spans reads as it was
+typed; a notebook is read as its cells' sources and the text of their outputs (printed lines, errors, text
+results), not the images' data.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import argparse
 import html
 import importlib.util
+import json
 import re
 import sys
 from pathlib import Path
@@ -21,6 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 MACHINE_PATH = re.compile(r"(?<![\w.~/-])/(?:work|root|home|tmp|Users)/[\w.-]+")
 TEXT_SUFFIXES = (".html", ".txt", ".js", ".ipynb", ".md")
+TEXT_OUTPUTS = ("text/plain", "text/html", "text/markdown", "text/latex")
 
 
 def machine_paths(text: str) -> list[str]:
@@ -28,10 +33,30 @@ def machine_paths(text: str) -> list[str]:
     return MACHINE_PATH.findall(text)
 
 
+def joined(part) -> str:
+    """A notebook's multi-line string, stored as one string or as a list of lines."""
+    return part if isinstance(part, str) else "".join(part)
+
+
+def notebook_text(text: str) -> str:
+    """A notebook (its JSON) as the text a reader sees: every cell's source and its outputs' text (printed
+    streams, tracebacks, text results), leaving out the base64 data of images, which can spell anything."""
+    parts = []
+    for cell in json.loads(text)["cells"]:
+        parts.append(joined(cell["source"]))
+        for output in cell.get("outputs", []):
+            parts += [joined(output.get("text", "")), *output.get("traceback", [])]
+            parts += [joined(output.get("data", {}).get(kind, "")) for kind in TEXT_OUTPUTS]
+    return "\n".join(parts)
+
+
 def page_text(path: Path) -> str:
-    """A built file as text: for HTML, its tags removed and its entities decoded."""
+    """A built or committed file as text: for HTML, its tags removed and its entities decoded; for a notebook
+    (or a site's copy of one, NAME.ipynb.txt), its notebook_text."""
     text = path.read_text(encoding="utf-8", errors="replace")
-    return html.unescape(re.sub(r"<[^>]+>", "", text)) if path.suffix == ".html" else text
+    if path.suffix == ".html":
+        return html.unescape(re.sub(r"<[^>]+>", "", text))
+    return notebook_text(text) if path.name.endswith((".ipynb", ".ipynb.txt")) else text
 
 
 def make_exercises():
@@ -56,6 +81,22 @@ def problems(student: Path | None, instructor: Path | None) -> list[str]:
     for site in filter(None, (student, instructor)):
         for path in site_files(site):
             found += [f"{path}: machine path {hit}" for hit in dict.fromkeys(machine_paths(page_text(path)))]
+    for site, wanted in ((student, 1), (instructor, 2)):
+        found += notebook_link_problems(site, wanted) if site is not None else []
+    return found
+
+
+def notebook_link_problems(site: Path, wanted: int) -> list[str]:
+    """Each tutorial page's download links (docs/conf.py, notebook_links): `wanted` notebooks of its name
+    (the student site: the exercise version; the instructor's: the tutorial and its exercise version), each
+    a file of the site."""
+    found = []
+    for page in sorted((site / "tutorials").glob("[0-9][0-9]_*.html")):
+        block = re.search(r'<p class="notebook-links">(.*?)</p>', page.read_text(encoding="utf-8"), flags=re.S)
+        targets = re.findall(r'href="([^"]+)"', block.group(1)) if block else []
+        good = [t for t in targets if t.endswith(f"/{page.stem}.ipynb") and (page.parent / t).resolve().is_file()]
+        if len(good) != wanted:
+            found.append(f"{page}: {len(good)} download links to its notebook, not {wanted}")
     return found
 
 

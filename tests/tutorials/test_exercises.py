@@ -100,6 +100,23 @@ def test_student_notebooks_hold_no_reference_body():
         assert not leaked, f"{path.name} holds reluattn's own answer: {leaked}"
 
 
+def test_student_notebooks_carry_no_outputs(tmp_path):
+    """The tutorials are committed with their outputs; a solution cell's output must not reach a student."""
+    for path in TUTORIALS:
+        student = nbformat.read(make_exercises.EXERCISES / path.name, as_version=4)
+        assert "reluattn" not in student.metadata
+        assert all(not cell.outputs and cell.execution_count is None for cell in student.cells if cell.cell_type == "code")
+    executed = nbformat.read(TUTORIALS[0], as_version=4)
+    for count, cell in enumerate((cell for cell in executed.cells if cell.cell_type == "code"), 1):
+        cell.execution_count = count
+        cell.outputs = [nbformat.v4.new_output("stream", text="the answer is 42\n")]
+    executed.metadata["reluattn"] = {"outputs": {"RELUATTN_QUICK": "1", "code_sha256": "0" * 64}}
+    nbformat.write(executed, tmp_path / TUTORIALS[0].name)
+    student = make_exercises.student_notebook(tmp_path / TUTORIALS[0].name)
+    assert "the answer is 42" not in nbformat.writes(student) and "reluattn" not in student.metadata
+    assert all(cell.execution_count is None for cell in student.cells if cell.cell_type == "code")
+
+
 def test_student_notebooks_hide_the_marked_formulas():
     student = nbformat.read(make_exercises.EXERCISES / "02_backprop_by_hand.ipynb", as_version=4)
     text = "\n".join(cell.source for cell in student.cells)

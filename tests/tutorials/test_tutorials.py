@@ -1,5 +1,6 @@
 """Every tutorial notebook runs top to bottom (RELUATTN_QUICK=1) in a kernel on this interpreter, and each
-is committed without outputs. The notebooks' check cells assert their claims, so a broken claim fails here.
+is committed with the outputs of its current code (`make notebooks`), plots included, so that a repository
+page shows them. The notebooks' check cells assert their claims, so a broken claim fails here.
 The course's pages add up (minutes, keys for every further question, rubric points, the checkers' messages
 they quote), and no committed notebook or page holds an absolute path of a machine.
 
@@ -13,8 +14,6 @@ from __future__ import annotations
 
 import html
 import importlib.util
-import json
-import os
 import re
 import sys
 from pathlib import Path
@@ -37,27 +36,55 @@ def test_the_tutorials_are_there():
     assert expected == {path.name for path in NOTEBOOKS}
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.stem)
-def test_committed_without_outputs(path):
+def load_script(path: Path):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+execute_tutorials = load_script(TUTORIALS / "execute_tutorials.py")
+# Notebook 03 gains a section on another branch: its outputs are made (make notebooks 03) once that is merged,
+# and this mark goes then (strict: the test fails as soon as 03 carries fresh outputs, to have it removed).
+AWAITING_OUTPUTS = {"03_same_model_in_jax.ipynb": "notebook 03 is run once its new section is merged"}
+
+
+@pytest.mark.parametrize("path", [
+    pytest.param(path, marks=pytest.mark.xfail(strict=True, reason=AWAITING_OUTPUTS[path.name]))
+    if path.name in AWAITING_OUTPUTS else path for path in NOTEBOOKS], ids=lambda path: path.stem)
+def test_committed_with_the_outputs_of_its_code(path):
     notebook = nbformat.read(path, as_version=4)
     nbformat.validate(notebook)
     assert notebook.metadata["kernelspec"]["name"] == "python3"
-    dirty = [index for index, cell in enumerate(notebook.cells)
-             if cell.cell_type == "code" and (cell.outputs or cell.execution_count is not None)]
-    assert not dirty, f"{path.name}: cells {dirty} hold outputs; clear them before committing"
+    reason = execute_tutorials.stale_reason(notebook)
+    assert reason is None, f"{path.name}: {reason}; run `make notebooks` (python tutorials/execute_tutorials.py)"
+    assert notebook.metadata["reluattn"]["outputs"]["RELUATTN_QUICK"] == "1"  # as the instructor site runs it
+    images = [output for cell in notebook.cells if cell.cell_type == "code" for output in cell.outputs
+              if "image/png" in output.get("data", {})]
+    assert len(images) >= 2, f"{path.name} shows {len(images)} figures"
+
+
+def test_outputs_are_stale_once_the_code_changes():
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1"), nbformat.v4.new_code_cell("x")])
+    assert execute_tutorials.stale_reason(notebook) == "it carries no outputs"
+    notebook.cells[0].execution_count, notebook.cells[1].execution_count = 1, 2
+    notebook.cells[1].outputs = [nbformat.v4.new_output("execute_result", {"text/plain": "1"}, execution_count=2)]
+    notebook.metadata["reluattn"] = {"outputs": {"RELUATTN_QUICK": "1",
+                                                 "code_sha256": execute_tutorials.code_digest(notebook)}}
+    assert execute_tutorials.stale_reason(notebook) is None
+    notebook.cells.insert(1, nbformat.v4.new_markdown_cell("a markdown cell changes no output"))
+    assert execute_tutorials.stale_reason(notebook) is None
+    notebook.cells[0].execution_count = 3
+    assert execute_tutorials.stale_reason(notebook) == "its cells were not run top to bottom in one kernel"
+    notebook.cells[0].execution_count = 1
+    notebook.cells[0].source = "x = 2"
+    assert execute_tutorials.stale_reason(notebook) == "a code cell changed since it was run"
 
 
 @pytest.fixture(scope="module")
 def kernel_env(tmp_path_factory):
     """Environment for the kernels: this interpreter as "python3", the checkout importable, quick mode."""
-    kernels = tmp_path_factory.mktemp("jupyter") / "kernels" / "python3"
-    kernels.mkdir(parents=True)
-    spec = {"argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-            "display_name": "Python 3 (tests)", "language": "python"}
-    (kernels / "kernel.json").write_text(json.dumps(spec))
-    env = {"JUPYTER_PATH": str(kernels.parents[1]), "RELUATTN_QUICK": "1",
-           "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    return env
+    return {**execute_tutorials.kernel_environment(tmp_path_factory.mktemp("jupyter")), "RELUATTN_QUICK": "1"}
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.stem)
@@ -151,18 +178,27 @@ def test_the_quoted_checker_messages_are_the_checkers():
 # ---------------------------------------------------------------------- no machine path anywhere
 
 def site_check():
-    spec = importlib.util.spec_from_file_location("site_check", DOCS / "_ext" / "site_check.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(DOCS / "_ext" / "site_check.py")
 
 
 def test_no_machine_path_in_the_committed_notebooks_and_pages():
+    """Sources and outputs (printed lines, warnings, tracebacks, text results) of every committed notebook."""
     check = site_check()
     files = [*TUTORIALS.rglob("*.ipynb"), *DOCS.rglob("*.md"), TUTORIALS / "README.md"]
-    found = {str(path.relative_to(ROOT)): check.machine_paths(path.read_text(encoding="utf-8")) for path in files
-             if "_build" not in path.parts and check.machine_paths(path.read_text(encoding="utf-8"))}
+    found = {str(path.relative_to(ROOT)): check.machine_paths(check.page_text(path)) for path in files
+             if "_build" not in path.parts and check.machine_paths(check.page_text(path))}
     assert not found, found
+
+
+def test_machine_paths_are_found_in_outputs_and_not_in_image_data(tmp_path):
+    check = site_check()
+    cell = nbformat.v4.new_code_cell("import tqdm", execution_count=1, outputs=[
+        nbformat.v4.new_output("stream", name="stderr", text="/root/.venv/lib/tqdm/auto.py:21: TqdmWarning\n"),
+        nbformat.v4.new_output("display_data", {"image/png": "iVBORw0+/work/ab+/tmp/cd==", "text/plain": "<Figure>"}),
+        nbformat.v4.new_output("error", ename="OSError", evalue="", traceback=["no such file: /home/someone/x"])])
+    for name in ("executed.ipynb", "executed.ipynb.txt"):  # committed, and as a site's _sources hold it
+        nbformat.write(nbformat.v4.new_notebook(cells=[cell]), tmp_path / name)
+        assert check.machine_paths(check.page_text(tmp_path / name)) == ["/root/.venv", "/home/someone"]
 
 
 def test_the_site_check_finds_solutions_and_machine_paths(tmp_path):
@@ -184,10 +220,28 @@ def test_the_site_check_finds_solutions_and_machine_paths(tmp_path):
     assert any("machine path /home/someone" in problem for problem in problems)
 
 
+def test_the_site_check_wants_each_tutorial_page_to_link_its_notebooks(tmp_path):
+    check = site_check()
+    (tmp_path / "_downloads" / "a").mkdir(parents=True)
+    (tmp_path / "_downloads" / "b").mkdir()
+    (tmp_path / "_downloads" / "a" / "01_x.ipynb").write_text("{}")
+    (tmp_path / "_downloads" / "b" / "01_x.ipynb").write_text("{}")
+    (tmp_path / "tutorials").mkdir()
+    page = tmp_path / "tutorials" / "01_x.html"
+    link = '<a class="reference download internal" href="../_downloads/{}/01_x.ipynb">x</a>'
+    page.write_text(f'<h1>01</h1><p class="notebook-links">Download: {link.format("a")}</p>')
+    assert check.notebook_link_problems(tmp_path, 1) == []
+    assert check.notebook_link_problems(tmp_path, 2) == [f"{page}: 1 download links to its notebook, not 2"]
+    page.write_text(f'<h1>01</h1><p class="notebook-links">Download: {link.format("a")} · {link.format("b")}</p>')
+    assert check.notebook_link_problems(tmp_path, 2) == []
+    page.write_text(f'<h1>01</h1><p class="notebook-links">Download: {link.format("a")} · {link.format("c")}</p>')
+    assert len(check.notebook_link_problems(tmp_path, 2)) == 1  # a link to no file of the site
+    page.write_text("<h1>01</h1><p>no links</p>")
+    assert len(check.notebook_link_problems(tmp_path, 1)) == 1
+
+
 def test_slides_start_at_each_section():
-    spec = importlib.util.spec_from_file_location("make_slides", DOCS / "_ext" / "make_slides.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script(DOCS / "_ext" / "make_slides.py")
     notebook = module.with_slide_breaks(nbformat.read(NOTEBOOKS[0], as_version=4))
     starts = [cell.source.split("\n")[0] for cell in notebook.cells if cell.metadata.slideshow.slide_type == "slide"]
     assert starts[0].startswith("# 01") and "## 4. Output variance: what ReLUFormer normalises" in starts
