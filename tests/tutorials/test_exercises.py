@@ -156,3 +156,21 @@ def test_blank_out_keeps_indentation_and_rejects_unbalanced_markers():
     assert shown == f"steps\n{make_exercises.DERIVE}\nmore"
     with pytest.raises(ValueError, match="without"):
         make_exercises.hide_answers(f"{make_exercises.BEGIN_ANSWER}\n$$x$$")
+
+
+def test_install_cell_installs_only_the_copy_it_is_given(monkeypatch):
+    """Where reluattn is missing, the first cell must not `pip install reluattn` (not our name on PyPI): without
+    RELUATTN_SOURCE it stops with instructions; with one, it installs exactly that."""
+    import subprocess
+    calls = []
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None)
+    monkeypatch.setattr(subprocess, "run", lambda command, **kwargs: calls.append(command))
+    with pytest.raises(ModuleNotFoundError, match="RELUATTN_SOURCE"):
+        exec(make_exercises.INSTALL, {})
+    assert calls == []
+    exec(make_exercises.INSTALL.replace('RELUATTN_SOURCE = ""', 'RELUATTN_SOURCE = "/copies/reluattn"'), {})
+    assert [command[-1] for command in calls] == ["/copies/reluattn"]
+    for path in TUTORIALS:
+        student = nbformat.read(make_exercises.EXERCISES / path.name, as_version=4)
+        (install,) = [cell for cell in student.cells if cell.get("id") == "install-reluattn"]
+        assert install.source == make_exercises.INSTALL
