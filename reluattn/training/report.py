@@ -67,17 +67,35 @@ def _last_attention_statistics(run_dir: Path) -> dict:
     return statistics
 
 
-def _learned_alphas(checkpoint: Path | None) -> dict:
-    """Mean, min and max of every learned alpha (blocks/*/attn/length/alpha) in the final parameters."""
-    if checkpoint is None or not (checkpoint / "params.npz").is_file():
+def _learned_alphas(run_dir: Path, checkpoint: Path | None) -> dict:
+    """Mean, min and max of every learned alpha at the end of the run: from the last validation record of
+    metrics.jsonl (what docs/run-logs/ keeps), else from the final checkpoint's blocks/*/attn/length/alpha."""
+    alphas = _last_logged_alphas(run_dir)
+    if alphas is None and checkpoint is not None and (checkpoint / "params.npz").is_file():
+        with np.load(checkpoint / "params.npz", allow_pickle=False) as arrays:
+            alphas = [arrays[key].ravel() for key in arrays.files if key.endswith("length/alpha")] or None
+    if alphas is None:
         return {}
-    with np.load(checkpoint / "params.npz", allow_pickle=False) as arrays:
-        alphas = [arrays[key].ravel() for key in arrays.files if key.endswith("length/alpha")]
-    if not alphas:
-        return {}
-    values = np.concatenate(alphas)
+    values = np.concatenate([np.ravel(a) for a in alphas])
     return {"learned_alpha_mean": float(values.mean()), "learned_alpha_min": float(values.min()),
             "learned_alpha_max": float(values.max())}
+
+
+def _last_logged_alphas(run_dir: Path):
+    """The per-block learned alphas of the last validation record that logged them, or None."""
+    try:
+        lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        stats = record.get("attention")
+        if record.get("split") == "val" and isinstance(stats, dict) and stats.get("alpha"):
+            return [np.asarray(block, dtype=float) for block in stats["alpha"]]
+    return None
 
 
 def _train_flops(summary: dict, config: dict | None) -> float | None:
@@ -111,7 +129,7 @@ def collect_rows(experiment: str, out) -> list[dict]:
                "fewshot_accuracy": fewshot.get("fewshot_accuracy"),
                "train_flops": _train_flops(summary, config), "wall_time_s": summary.get("wall_time_s"),
                "machine": summary.get("device") or record.get("machine"),
-               **_last_attention_statistics(run_dir), **_learned_alphas(checkpoint),
+               **_last_attention_statistics(run_dir), **_learned_alphas(run_dir, checkpoint),
                "command": record.get("command"), "config": config}
         if record.get("status") == "failed":
             row["error"] = record.get("error")

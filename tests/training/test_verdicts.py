@@ -39,3 +39,22 @@ def test_one_seed_or_a_missing_cell_gives_no_verdict():
     assert not one_seed["resolved"] and "one seed" in describe(one_seed)
     missing = results[("t17-relu-a1", "t17-softmax")]
     assert missing["missing"] == ["t17-softmax"] and "no runs yet of t17-softmax" in describe(missing)
+
+
+def test_report_reads_learned_alphas_from_the_logs_alone(tmp_path):
+    """docs/run-logs/ keeps no checkpoints: a learned-alpha run's final alphas must come from metrics.jsonl."""
+    import json
+    from reluattn.training.report import collect_rows
+    run = tmp_path / "t17-from1" / "seed0"
+    run.mkdir(parents=True)
+    (tmp_path / "sweep.json").write_text(json.dumps({"experiment": "learned-alpha", "scale": "cpu"}))
+    (run / "cell.json").write_text(json.dumps({"experiment": "learned-alpha", "cell": "t17-from1", "seed": 0,
+                                               "status": "done", "labels": {"tokens": 17, "alpha_start": 1.0}}))
+    (run / "summary.json").write_text(json.dumps({"best_val_accuracy": 0.4, "final_val_accuracy": 0.4}))
+    records = [{"step": 1, "split": "val", "attention": {"alpha": [[0.0, 0.0], [0.0, 0.0]]}},
+               {"step": 2, "split": "val", "attention": {"alpha": [[0.9, 1.1], [1.0, 1.4]]}},
+               {"step": 2, "split": "train", "loss": 1.0}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
+    (row,) = collect_rows("learned-alpha", tmp_path)
+    assert row["learned_alpha_mean"] == pytest.approx(1.1)
+    assert (row["learned_alpha_min"], row["learned_alpha_max"]) == pytest.approx((0.9, 1.4))
