@@ -7,24 +7,27 @@ coordinates ("kind", "alpha", "tokens", ...), trained once per seed. A scale set
 
     smoke   a few steps on a few hundred images with a tiny model: for tests and for trying the machinery
             (every experiment in well under a minute per cell);
-    cpu     the 2-core CPU budget: each experiment <= 90 minutes with 2 seeds (arithmetic below);
+    cpu     a 2-core CPU: sized for <= 90 minutes per experiment with 2 seeds, which measured runs do not
+            meet on a 2-core AMD EPYC (arithmetic below);
     gpu     one GPU: the full 45,000 training images, wider models, longer runs.
 
 CPU budget arithmetic (2-core CPU). The cpu base model is ViT 64 wide, 4 deep, 2 heads, MLP 128, batch 128,
-trained 4 epochs on 20,000 images (625 steps) with 5,000 held out. The estimate below starts from the one
-figure we have for that recipe -- a patch-4 run (65 tokens) takes about 50 s on a 2-core AMD EPYC, as the
-reproduction issue reports -- plus ~10 s of start-up per run (import, compile, loading the decoded-image
-cache), and scales by tokens (patch 8, 17 tokens: about 4x less work). These are ESTIMATES, not
-measurements; each sweep's results table records the measured wall time of every run (on the 2-core AMD
-EPYC of the first sweep, under load from other jobs, a patch-8 run took ~250 s: see docs/reproduction.md).
-Per experiment, 2 seeds:
-    alpha-sweep      62 cells (6 h x 5 alpha x 2 lengths + softmax x 2) x 2 = 124 runs ~ 85 min
-    scaling          3 sizes x 2 kinds x 2 = 12 runs; widths 48/64/96 span ~10x FLOPs per image ~ 35 min
-    qk-norm-and-gate 16 cells + softmax = 17 x 2 = 34 runs ~ 37 min
-    kv-memory        3 activations x 5 widths (64 ... 1024) x 2 = 30 runs ~ 40 min
+trained 4 epochs on 20,000 images (625 steps) with 5,000 held out. The grids were first sized from the
+reproduction issue's figure (a 65-token run in about 50 s on a 2-core AMD EPYC) and came out at <= 90 minutes
+per experiment with 2 seeds. MEASURED since (each sweep's results table records every run's wall time): on
+the 2-core AMD EPYC of the first sweeps, a 17-token run (patch 8) takes about 90 s when the machine is quiet
+(the fastest alpha-sweep runs: 86-92 s, start-up included) and 100-540 s while other jobs share the two
+cores; 65-token runs have not been timed on a quiet machine yet. So the issue's figure does not hold here,
+and neither do the budgets below: at 90 s a run, the 62 17-token runs of alpha-sweep alone take ~93 min.
+Per experiment, 2 seeds (runs; the first estimates kept for comparison):
+    alpha-sweep      62 cells (6 h x 5 alpha x 2 lengths + softmax x 2) x 2 = 124 runs; first estimate ~85 min
+    scaling          3 sizes x 2 kinds x 2 = 12 runs; widths 48/64/96 span ~10x FLOPs per image; ~35 min
+    qk-norm-and-gate 16 cells + softmax = 17 x 2 = 34 runs; ~37 min
+    kv-memory        3 activations x 5 widths (64 ... 1024) x 2 = 30 runs; ~40 min
     long-sequence    4 methods x 3 lengths (17, 65, 257 tokens) x 2 = 24 runs at 3 epochs on 10,000 images;
-                     257 tokens costs ~5x 65 ~ 60 min
-    learned-alpha    3 starts x 2 lengths x 2 = 12 runs ~ 10 min
+                     257 tokens costs ~5x 65; ~60 min
+    learned-alpha    3 starts x 2 lengths x 2 = 12 runs; ~10 min (measured: the six 17-token runs took
+                     106-261 s each on the shared EPYC)
 """
 
 from __future__ import annotations
