@@ -1,11 +1,11 @@
 """How far `compute_dtype=jnp.bfloat16` is from float32: the worst and typical errors over drawn models.
 
-    PYTHONPATH=.:tests python benchmarks/investigations/bfloat16_error.py [--examples 200] [--seed 0]
+    PYTHONPATH=. python benchmarks/investigations/bfloat16_error.py [--examples 200] [--seed 0]
 
-Draws --examples models from the family that tests/jax_backend/test_jax_model.py checks the bfloat16 path on (every
-option, head width 8 or 16, dense attention, random parameters, batch 4; tests/jax_testing.py), runs
-each in float32 and with bfloat16 matmuls, and prints the worst and median of the three errors that test
-bounds: logits (relative to the largest logit), the loss (relative), and all gradient leaves as one
+Draws --examples models from the family that tests/jax_backend/test_jax_model.py checks the bfloat16 path on
+(every option, head width 8 or 16, dense attention, random parameters, batch 4: reluattn.testing's
+vit_configs and compute_dtype_errors, as the test), runs each in float32 and with bfloat16 matmuls, and
+prints the worst and median of the three errors that test bounds: logits (relative to the largest logit), the loss (relative), and all gradient leaves as one
 vector (norm-wise relative error, with its cosine). The results are in docs/jax_backend.md and beside the
 test's tolerances.
 """
@@ -15,11 +15,13 @@ from __future__ import annotations
 import argparse
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
-from jax_testing import bfloat16_against_float32, vit_configs
+import reluattn as ra
+from reluattn.testing import compute_dtype_errors, vit_configs
 
 
 def main(argv=None):
@@ -32,9 +34,10 @@ def main(argv=None):
     @seed(args.seed)
     @settings(max_examples=args.examples, deadline=None, database=None,
               suppress_health_check=list(HealthCheck))
-    @given(cfg=vit_configs(head_dims=(8, 16), impls=("dense",)), data_seed=st.integers(0, 2**16))
+    @given(cfg=vit_configs(head_dims=(8, 16), impls=("dense",), reg_weights=(0.0, 0.5)),
+           data_seed=st.integers(0, 2**16))
     def measure(cfg, data_seed):
-        errors = bfloat16_against_float32(cfg, data_seed)[1]
+        errors = compute_dtype_errors(ra.backend("jax"), cfg, data_seed, jnp.bfloat16, fast=True)[1]
         jax.clear_caches()  # every example compiles four programs; kept, they exhaust the process's memory maps
         seen.append([errors[name] for name in ("logits", "loss", "gradients", "gradient cosine")])
 

@@ -6,10 +6,13 @@
     rt.check_blocked(my_tiled_attention)                             # block sizes and causal masks
     rt.check_backend(my_backend_module)                              # apply, loss_and_grad, train_step, ...
     test_my_attention = rt.attention_property_test(my_attention)     # the same as one line in a test file
+    rt.assert_trees_close(my_grads, reference_grads, rtol=1e-8)     # trees of arrays, leaf by leaf
+    @settings(rt.compiling, max_examples=10)                         # hypothesis settings for compiled code
 
-Files: strategies.py (hypothesis strategies), checks.py (the attention checks), backend_checks.py
-(check_backend), tolerances.py (the tolerance of each dtype and why), report.py (the worst-entry report),
-properties.py (pytest one-liners), reference.py (the only file that imports the backends).
+Files: strategies.py (hypothesis strategies), checks.py (the attention checks, `compiling`), backend_checks.py
+(check_backend), tolerances.py (the tolerance of each dtype and why), report.py (the worst-entry report,
+trees, relative_error), precision.py (reduced-precision compute against float32), properties.py (pytest
+one-liners), reference.py (the only file that imports the backends).
 
 Needs hypothesis: `pip install "reluattn[testing]"`. `import reluattn` itself does not.
 """
@@ -21,10 +24,11 @@ except ImportError:
                       '(or pip install hypothesis)') from None
 
 from .backend_checks import check_backend, compare_backend
-from .checks import check_attention, check_attention_grad, check_blocked, compare_attention
+from .checks import check_attention, check_attention_grad, check_blocked, compare_attention, compiling
+from .precision import compute_dtype_errors
 from .properties import (attention_grad_property_test, attention_property_test, backend_property_test,
                          blocked_property_test)
-from .report import MismatchError
+from .report import MismatchError, assert_trees_close, compare_trees, relative_error
 from .strategies import (INPUT_PROFILES, AttentionCase, AttentionInputs, AttentionShape, attention_cases,
                          attention_configs, attention_inputs, attention_shapes, image_batches, make_batch,
                          make_inputs, make_parameters, optimizer_configs, vit_configs, vit_parameters)
@@ -32,8 +36,9 @@ from .tolerances import TOLERANCES, Tolerance, tolerance_for
 
 __all__ = [
     "check_attention", "check_attention_grad", "check_blocked", "check_backend", "compare_attention",
-    "compare_backend", "attention_property_test", "attention_grad_property_test", "blocked_property_test",
-    "backend_property_test", "MismatchError", "INPUT_PROFILES", "AttentionCase", "AttentionInputs", "AttentionShape",
+    "compare_backend", "compiling", "attention_property_test", "attention_grad_property_test",
+    "blocked_property_test", "backend_property_test", "MismatchError", "assert_trees_close", "compare_trees",
+    "relative_error", "compute_dtype_errors", "INPUT_PROFILES", "AttentionCase", "AttentionInputs", "AttentionShape",
     "attention_cases", "attention_configs", "attention_inputs", "attention_shapes", "image_batches", "make_batch",
     "make_inputs", "make_parameters", "optimizer_configs", "vit_configs", "vit_parameters", "TOLERANCES",
     "Tolerance", "tolerance_for",

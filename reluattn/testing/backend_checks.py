@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from . import reference
 from .checks import run_property
-from .report import compare, raise_problems
+from .report import compare_trees, raise_problems
 from .strategies import make_batch, make_parameters, optimizer_configs, vit_configs
 from .tolerances import resolve_dtype, tolerance_for
 
@@ -36,16 +36,8 @@ def _float64(tree):
 
 
 def _compare_trees(what, got, expected, rule, allowed=None, context=""):
-    """One report per leaf that is out (or whose set of leaves differs); `allowed`: a tree, or None for
-    model_rtol of each leaf's largest entry."""
-    got, expected = reference.flatten(got), reference.flatten(expected)
-    if sorted(got) != sorted(expected):
-        return [f"{what}: the leaves differ: missing {sorted(set(expected) - set(got))}, "
-                f"unexpected {sorted(set(got) - set(expected))}"]
-    allowed = reference.flatten(allowed) if allowed is not None else {
-        path: rule.model_rtol * np.max(np.abs(leaf), initial=0.0) + rule.floor for path, leaf in expected.items()}
-    return [compare(f"{what} {path}", got[path], expected[path], allowed[path], context=context)
-            for path in sorted(expected)]
+    """compare_trees with model_rtol of each leaf's largest entry, unless `allowed` (a tree) says."""
+    return compare_trees(what, got, expected, rtol=rule.model_rtol, allowed=allowed, floor=rule.floor, context=context)
 
 
 def _update_allowance(params, new_params, state, grads, opt_cfg, rate, rule):
@@ -115,10 +107,11 @@ def compare_backend(module, cfg, params, images, labels, opt_cfg, *, train_steps
 
 
 def check_backend(module, *, dtype=np.float32, configs=None, kinds=None, train_steps=2, tolerance=None,
-                  max_examples=6, settings=None):
+                  max_examples=None, settings=None):
     """compare_backend over drawn cases: ViT configs (`configs`, default vit_configs(kinds=kinds): every
     pool, MLP activation and attention option), parameter trees moved off their initial values, batches of
-    1-3 with integer or soft labels, optimizer configs. Raises MismatchError naming the worst leaf and entry."""
+    1-3 with integer or soft labels, optimizer configs. Raises MismatchError naming the worst leaf and entry.
+    max_examples (default 6) overrides the count of `settings`."""
     dtype = resolve_dtype(dtype)
     configs = configs if configs is not None else vit_configs(kinds=kinds)
 
@@ -130,4 +123,4 @@ def check_backend(module, *, dtype=np.float32, configs=None, kinds=None, train_s
         return cfg, make_parameters(cfg, seed, dtype), images, labels, draw(optimizer_configs())
 
     run_property(lambda case: compare_backend(module, *case, train_steps=train_steps, tolerance=tolerance),
-                 cases(), max_examples, settings)
+                 cases(), max_examples, settings, default_examples=6)

@@ -32,12 +32,19 @@ KINKS = {"relu": (0.0,), "relu6": (0.0, 6.0)}  # where h' jumps
 KEY_AXES = ("batch", "key", "head", "feature")
 
 
-def run_property(body, strategy, max_examples=20, settings=None):
-    """Run body(case) over `strategy` with hypothesis: no deadline (compiled code), no shrinking (each
-    shrink step would compile again; the failing case is reported as drawn), unless `settings` says."""
-    chosen = settings or hypothesis_settings(
-        max_examples=max_examples, deadline=None, phases=(Phase.explicit, Phase.reuse, Phase.generate),
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+#: Hypothesis settings for properties of compiled code, the checks' default (in a test of your own:
+#: `@settings(compiling, max_examples=n)`): no deadline (compilation is slow and uneven), no shrinking (each
+#: shrink step would compile again; the failing case is reported as drawn), no health check on slow draws.
+compiling = hypothesis_settings(deadline=None, phases=(Phase.explicit, Phase.reuse, Phase.generate),
+                                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def run_property(body, strategy, max_examples=None, settings=None, default_examples=20):
+    """Run body(case) over `strategy` with hypothesis, under `settings` (default: `compiling` with
+    `default_examples` examples); max_examples, when given, overrides the count of either."""
+    chosen = settings if settings is not None else hypothesis_settings(compiling, max_examples=default_examples)
+    if max_examples is not None:
+        chosen = hypothesis_settings(chosen, max_examples=max_examples)
 
     @chosen
     @given(case=strategy)
@@ -111,35 +118,40 @@ def compare_attention(fn=None, case: AttentionCase = None, *, grad=False, vjp=No
 
 
 def check_attention(fn, *, kinds=None, causal=False, causal_lengths=CAUSAL_LENGTHS, dtype=np.float32, shapes=None,
-                    profiles=INPUT_PROFILES, configs=None, tolerance=None, max_examples=20, settings=None):
+                    profiles=INPUT_PROFILES, configs=None, options=None, tolerance=None, max_examples=None,
+                    settings=None):
     """fn(q, k, v, attn_cfg[, causal=True, causal_length=...]) -> (B, T, H, Dh) against the reference,
     forward, over drawn kinds (default: all), alpha in [0, 2], scale, shapes (`shapes`: an
     attention_shapes strategy; default L = 1..24, Dh = 1..8) and input profiles, in `dtype`. `configs`:
-    an attention_configs strategy, to narrow alpha or scale (e.g. attention_configs(["relu"], alphas=1.0))."""
+    an attention_configs strategy, to narrow alpha or scale (e.g. attention_configs(["relu"], alphas=1.0)).
+    `options`: {name: strategy, list or value} of further keyword arguments fn takes (a kernel's tile
+    sizes), drawn with each case. max_examples (default 20) overrides the count of `settings`."""
     strategy = attention_cases(kinds, dtype=dtype, shapes=shapes, profiles=profiles, causal=causal,
-                               causal_lengths=causal_lengths, configs=configs)
+                               causal_lengths=causal_lengths, configs=configs, options=options)
     run_property(lambda case: compare_attention(fn, case, tolerance=tolerance), strategy, max_examples, settings)
 
 
 def check_attention_grad(fn=None, *, vjp=None, kinds=None, causal=False, causal_lengths=CAUSAL_LENGTHS,
-                         dtype=np.float32, shapes=None, profiles=INPUT_PROFILES, configs=None, tolerance=None,
-                         max_examples=20, settings=None):
+                         dtype=np.float32, shapes=None, profiles=INPUT_PROFILES, configs=None, options=None,
+                         tolerance=None, max_examples=None, settings=None):
     """Gradients (dq, dk, dv) against the reference's hand-written backward (relu' = 0 at 0, relu6' = 0 at
     0 and 6). Give fn (a JAX function: differentiated with jax.vjp, its output checked too) or
     vjp(q, k, v, attn_cfg, dout, **options) -> (dq, dk, dv) (any framework). Options as check_attention."""
     strategy = attention_cases(kinds, dtype=dtype, shapes=shapes, profiles=profiles, causal=causal,
-                               causal_lengths=causal_lengths, configs=configs)
+                               causal_lengths=causal_lengths, configs=configs, options=options)
     run_property(lambda case: compare_attention(fn, case, grad=True, vjp=vjp, tolerance=tolerance), strategy,
                  max_examples, settings)
 
 
 def check_blocked(fn, *, kinds=None, masks=True, causal_lengths=CAUSAL_LENGTHS, grad=False, dtype=np.float32,
-                  shapes=None, block_sizes="drawn", profiles=INPUT_PROFILES, configs=None, tolerance=None,
-                  max_examples=20, settings=None):
+                  shapes=None, block_sizes="drawn", profiles=INPUT_PROFILES, configs=None, options=None,
+                  tolerance=None, max_examples=None, settings=None):
     """A tiled implementation fn(q, k, v, attn_cfg, block_size=n[, causal=True, causal_length=...]) against
     the dense reference: block sizes that divide L, do not (a last partial tile) and exceed it (drawn from
-    1..L+3 by default), causal masks unless masks=False, and with grad=True its jax.vjp gradients too."""
+    1..L+3 by default), causal masks unless masks=False, and with grad=True its jax.vjp gradients too.
+    Other options as check_attention (`options=` for further tile sizes, e.g. {"query_block_size": ...})."""
     strategy = attention_cases(kinds, dtype=dtype, shapes=shapes, profiles=profiles, causal=masks,
-                               causal_lengths=causal_lengths, block_sizes=block_sizes, configs=configs)
+                               causal_lengths=causal_lengths, block_sizes=block_sizes, configs=configs,
+                               options=options)
     run_property(lambda case: compare_attention(fn, case, grad=grad, tolerance=tolerance), strategy, max_examples,
                  settings)

@@ -5,12 +5,20 @@
     # where it is, what was expected, what came, the allowance, how many entries are out, and a hint
     # when the whole array is off by one named factor (sqrt(Dh), L^(1 - alpha), ...).
 
-`MismatchError` (an AssertionError) carries the report as its message.
+`MismatchError` (an AssertionError) carries the report as its message. For trees of arrays (parameters,
+gradients, optimizer moments; dicts and lists as reluattn.params.flatten walks them):
+
+    assert_trees_close(got, expected, rtol)    every leaf within rtol of its expected leaf's largest entry
+    compare_trees(what, got, expected, ...)    the reports behind it (None per matching leaf)
+    relative_error(got, expected)              one number: max |got - expected| / max(max |got|, max |expected|)
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from ..grading.finite_differences import relative_error as _relative_error
+from ..params import flatten
 
 
 class MismatchError(AssertionError):
@@ -71,3 +79,37 @@ def raise_problems(problems, header: str = "") -> None:
     problems = [problem for problem in problems if problem]
     if problems:
         raise MismatchError("\n".join(([header] if header else []) + problems))
+
+
+def relative_error(got, expected) -> float:
+    """max |got - expected| / max(max |got|, max |expected|), each array judged against its own scale (an
+    entry-wise ratio is noise where an entry is ~0): reluattn.grading's measure, for two arrays (anything
+    np.asarray takes, JAX arrays too) of one size."""
+    got, expected = np.asarray(got), np.asarray(expected)
+    if got.size != expected.size:
+        raise ValueError(f"relative_error compares arrays of one size; got shapes {got.shape} and {expected.shape}")
+    return _relative_error(got, expected)
+
+
+def compare_trees(what: str, got, expected, *, rtol=None, allowed=None, floor=0.0, context: str = "") -> list:
+    """One report (None where it matches) per leaf of `expected`, each leaf of `got` within `allowed` (a tree
+    like `expected`) or, without it, rtol times the largest |entry| of its expected leaf, plus `floor`.
+    A first report names the leaves missing or unexpected, when the two trees' leaves differ."""
+    got, expected = flatten(got), flatten(expected)
+    if sorted(got) != sorted(expected):
+        return [f"{what}: the leaves differ: missing {sorted(set(expected) - set(got))}, "
+                f"unexpected {sorted(set(got) - set(expected))}"]
+    if allowed is None:
+        allowed = {path: rtol * np.max(np.abs(np.asarray(leaf, np.float64)), initial=0.0) + floor
+                   for path, leaf in expected.items()}
+    else:
+        allowed = flatten(allowed)
+    return [compare(f"{what} {path}", got[path], expected[path], allowed[path], context=context)
+            for path in sorted(expected)]
+
+
+def assert_trees_close(got, expected, rtol: float, what: str = "tree") -> None:
+    """Raise MismatchError, reporting the worst entry of each leaf that is out, unless both trees have the
+    same leaves and every leaf is within rtol of the largest |entry| of its expected leaf."""
+    raise_problems(compare_trees(what, got, expected, rtol=rtol), f"{what}: leaves beyond rtol {rtol:g} of their "
+                                                                  f"largest entry:")

@@ -163,16 +163,20 @@ def attention_inputs(shape: AttentionShape, dtype=np.float32, profiles=INPUT_PRO
 
 
 class AttentionCase(NamedTuple):
-    """One drawn check: call fn(q, k, v, attn_cfg[, block_size=...][, causal=True, causal_length=...])."""
+    """One drawn check: call fn(q, k, v, attn_cfg[, block_size=...][, causal=True, causal_length=...]
+    [, **extra]); `extra` holds (name, value) pairs of the caller's own options (a kernel's tile sizes)."""
     inputs: AttentionInputs
     attn_cfg: AttentionConfig
     causal: bool = False
     causal_length: str = "per_query"
     block_size: int | None = None
+    extra: tuple = ()
 
     def options(self) -> dict:
         """The keyword arguments fn is called with."""
-        options = {} if self.block_size is None else {"block_size": self.block_size}
+        options = dict(self.extra)
+        if self.block_size is not None:
+            options["block_size"] = self.block_size
         if self.causal:
             options.update(causal=True, causal_length=self.causal_length)
         return options
@@ -185,18 +189,21 @@ class AttentionCase(NamedTuple):
         return text + (f", {options}" if options else "")
 
     def __repr__(self):
-        options = "".join(f", {name}={value!r}" for name, value in self._asdict().items() if name != "inputs")
+        options = "".join(f", {name}={value!r}" for name, value in self._asdict().items()
+                          if name != "inputs" and (name != "extra" or value))
         return f"AttentionCase({self.inputs!r}{options})"
 
 
 def attention_cases(kinds=None, *, dtype=np.float32, shapes=None, profiles=INPUT_PROFILES, causal=False,
-                    causal_lengths=CAUSAL_LENGTHS, block_sizes=None, configs=None):
+                    causal_lengths=CAUSAL_LENGTHS, block_sizes=None, configs=None, options=None):
     """AttentionCases. causal=True draws causal and plain cases; block_sizes: None (no block_size
-    argument), "drawn" (dividing L, not dividing it, exceeding it) or a strategy/list/value."""
+    argument), "drawn" (dividing L, not dividing it, exceeding it) or a strategy/list/value; options:
+    {name: strategy, list or value} of further keyword arguments fn takes, drawn into AttentionCase.extra."""
     if configs is not None and kinds is not None:
         raise ValueError("give kinds or configs (an attention_configs strategy over its own kinds), not both")
     configs = configs if configs is not None else attention_configs(kinds, qk_norm=False, gated=False, impls="dense")
     shapes = shapes if shapes is not None else attention_shapes()
+    extras = st.fixed_dictionaries({name: as_strategy(value) for name, value in (options or {}).items()})
 
     @st.composite
     def draw_case(draw):
@@ -208,7 +215,8 @@ def attention_cases(kinds=None, *, dtype=np.float32, shapes=None, profiles=INPUT
             block_size = draw(as_strategy(block_sizes))
         is_causal = draw(st.booleans()) if causal else False
         return AttentionCase(draw(attention_inputs(shape, dtype, profiles)), draw(configs), is_causal,
-                             draw(as_strategy(causal_lengths)) if is_causal else "per_query", block_size)
+                             draw(as_strategy(causal_lengths)) if is_causal else "per_query", block_size,
+                             tuple(draw(extras).items()))
     return draw_case()
 
 

@@ -1,6 +1,7 @@
 """The JAX backend on its own: SPEC conventions checked directly (patch and token order, derivatives at the
-kinks), blocked attention equal to dense, bfloat16 compute within its tolerance of float32, NumPy and JAX
-inputs alike, and the boundary's ValueErrors equal to the NumPy backend's."""
+kinks), bfloat16 compute within its tolerance of float32, NumPy and JAX inputs alike, and the boundary's
+ValueErrors equal to the NumPy backend's. Blocked attention against dense, with gradients, is
+tests/perf/test_blocked_attention_jax.py."""
 
 import jax
 import jax.numpy as jnp
@@ -10,14 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import reluattn as ra
-from jax_testing import (attention_configs, bfloat16_against_float32, compiling, random_batch, random_params,
-                         relative_error, vit_configs)
-from reluattn.config import ATTENTION_KINDS, AttentionConfig, OptimizerConfig, ViTConfig
+from reluattn.config import AttentionConfig, OptimizerConfig, ViTConfig
 from reluattn.jax_backend import model
 from reluattn.jax_backend.attention_weights import attention_weights
-from reluattn.jax_backend.long_sequences import blocked_attention
-from reluattn.jax_backend.multihead_attention import heads_attention as dense_attention
 from reluattn.params import tree_map
+from reluattn.testing import compiling, compute_dtype_errors, make_batch, make_parameters, vit_configs
 
 jb, nb = ra.backend("jax"), ra.backend("numpy")
 
@@ -76,32 +74,6 @@ def test_mlp_relu_derivative_at_zero_is_zero():
     np.testing.assert_array_equal(np.asarray(gradient), [[0.0, 1.0]])
 
 
-# ------------------------------------------------------------------------------------ blocked attention
-
-@settings(compiling, max_examples=12)
-@given(attn_cfg=attention_configs(impls=("blocked",)), tokens=st.integers(1, 9), seed=st.integers(0, 2**16))
-def test_blocked_attention_equals_dense_with_gradients(attn_cfg, tokens, seed):
-    rng = np.random.default_rng(seed)
-    q, k, v = (rng.normal(0.0, 2.0, size=(2, tokens, 2, 3)) for _ in range(3))
-    cotangent = rng.normal(size=q.shape)
-
-    def objective(implementation):
-        @jax.jit
-        def value_and_grads(q, k, v):
-            def f(q, k, v):
-                out = implementation(q, k, v, attn_cfg)
-                return jnp.sum((out[0] if isinstance(out, tuple) else out) * cotangent)
-            return jax.value_and_grad(f, argnums=(0, 1, 2))(q, k, v)
-        return value_and_grads(q, k, v)
-
-    with jax.enable_x64(True):
-        blocked_value, blocked_grads = objective(blocked_attention)
-        dense_value, dense_grads = objective(dense_attention)
-    assert relative_error(blocked_value, dense_value) <= 1e-10
-    for got, expected in zip(blocked_grads, dense_grads):
-        assert relative_error(got, expected) <= 1e-10
-
-
 # --------------------------------------------------------------------------------------------- bfloat16
 
 # bfloat16 keeps 8 significant bits (unit roundoff 2^-8 = 3.9e-3), and every matmul's inputs are rounded to
@@ -121,10 +93,10 @@ BFLOAT16_GRADIENTS_TOLERANCE = 0.5
 
 
 @settings(compiling, max_examples=5)
-@given(cfg=vit_configs(head_dims=(8, 16), impls=("dense",)), seed=st.integers(0, 2**16))
+@given(cfg=vit_configs(head_dims=(8, 16), impls=("dense",), reg_weights=(0.0, 0.5)), seed=st.integers(0, 2**16))
 @pytest.mark.parametrize("fast", [False, True])
 def test_bfloat16_compute_stays_within_tolerance_of_float32(cfg, seed, fast):
-    (low_logits, low_loss, low_grads), errors = bfloat16_against_float32(cfg, seed, fast=fast)
+    (low_logits, low_loss, low_grads), errors = compute_dtype_errors(jb, cfg, seed, jnp.bfloat16, fast=fast)
     # Outputs, the loss and the gradients stay float32, like the parameters.
     assert low_logits.dtype == low_loss.dtype == jnp.float32
     assert all(leaf.dtype == jnp.float32 for leaf in jax.tree.leaves(low_grads))
@@ -138,7 +110,7 @@ def test_fast_bfloat16_runs_every_matmul_in_bfloat16_and_statistics_in_float32()
     # fast=True: the backward matmuls too (the plain path leaves those to autodiff).
     cfg = small_config(attention=AttentionConfig(kind="softmax", qk_norm=True, gated=True), mlp_activation="softmax_ln")
     params = jax.tree.map(jnp.asarray, ra.init_params(cfg))
-    images, labels = random_batch(cfg, 0)
+    images, labels = make_batch(cfg, 0, np.float64)
     jaxpr = jax.make_jaxpr(lambda p: jax.value_and_grad(model.loss_and_logits, has_aux=True)(
         p, jnp.asarray(images, jnp.float32), labels, cfg, 0.0, jnp.dtype(jnp.bfloat16), fast=True))(params)
     equations = [eqn for eqn in _all_equations(jaxpr.jaxpr)]
@@ -165,9 +137,8 @@ def _all_equations(jaxpr):
 
 def test_accepts_numpy_and_jax_arrays_alike():
     cfg = small_config(attention=AttentionConfig(kind="relu", qk_norm=True))
-    params = random_params(cfg, 0, dtype=np.float32)
-    images, labels = random_batch(cfg, 1)
-    images = images.astype(np.float32)
+    params = make_parameters(cfg, 0, np.float32)
+    images, labels = make_batch(cfg, 1, np.float32)
     on_device = jax.tree.map(jnp.asarray, params)
     np.testing.assert_array_equal(jb.apply(params, images, cfg), jb.apply(on_device, jnp.asarray(images), cfg))
     loss, grads = jb.loss_and_grad(params, images, labels, cfg)
@@ -206,8 +177,7 @@ def _bad_calls():
     """(name, call(backend)) pairs, each wrong in one way."""
     cfg = small_config(attention=AttentionConfig(qk_norm=True))
     params = ra.init_params(cfg)
-    images, labels = random_batch(cfg, 0)
-    images = images.astype(np.float32)
+    images, labels = make_batch(cfg, 0, np.float32)
     opt_cfg = OptimizerConfig(total_steps=5)
     missing = {key: value for key, value in params.items() if key != "head"}
     reshaped = tree_map(lambda leaf: leaf, params)

@@ -8,10 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import reluattn as ra
-from jax_testing import assert_trees_close, optimizer_configs, relative_error
 from reluattn.config import AttentionConfig, ViTConfig
 from reluattn.numpy_backend import optim as numpy_optim
 from reluattn.params import flatten, init_params, tree_map
+from reluattn.testing import assert_trees_close, optimizer_configs, relative_error
 
 jb, nb = ra.backend("jax"), ra.backend("numpy")
 # A real parameter tree (dicts and lists; weights that decay, biases, scales and embeddings that do not).

@@ -17,21 +17,20 @@ import reluattn as ra
 ROOT = Path(__file__).resolve().parents[2]
 
 SCRIPT = textwrap.dedent("""
-    import json, sys
+    import json
     import jax
     jax.config.update("jax_enable_x64", True)
     import numpy as np
-    sys.path.insert(0, "tests")
     import reluattn as ra
-    from jax_testing import random_batch, random_params, relative_error
     from reluattn.params import flatten
+    from reluattn.testing import make_batch, make_parameters, relative_error
 
     jb = ra.backend("jax")
     cfg = ra.ViTConfig(image_size=8, patch_size=4, channels=3, num_classes=3, dim=12, depth=2, heads=3, mlp_dim=16,
                        attention=ra.AttentionConfig(kind="relu", qk_norm=True, gated=True))
     opt_cfg = ra.OptimizerConfig(learning_rate=1e-2, total_steps=10, clip_norm=0.5)
-    params = random_params(cfg, 0)
-    images, labels = random_batch(cfg, 1, batch=8)
+    params = make_parameters(cfg, 0, np.float64)
+    images, labels = make_batch(cfg, 1, np.float64, batch=8)
     mesh = jb.data_mesh()
     result = {"devices": len(jax.devices()), "mesh": int(mesh.size)}
 

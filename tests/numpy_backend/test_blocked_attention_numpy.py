@@ -1,10 +1,10 @@
-"""NumPy blocked attention equals the dense core, and causal masks mean what they say."""
+"""NumPy blocked attention equals the dense core (through the testing kit, reluattn.testing), and causal
+masks mean what they say."""
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
+import reluattn.testing as rt
 from gradcheck import check_layer
 from reluattn.config import ATTENTION_KINDS, AttentionConfig, ViTConfig
 from reluattn.numpy_backend import apply, loss_and_grad
@@ -32,22 +32,19 @@ def qkv(seed, batch, length, heads, head_dim, spread=1.5, dtype=np.float64):
     return tuple((spread * rng.normal(size=(batch, length, heads, head_dim))).astype(dtype) for _ in range(3))
 
 
-configs = st.builds(AttentionConfig, kind=st.sampled_from(ATTENTION_KINDS), alpha=st.sampled_from([0.0, 0.5, 1.0, 1.7]),
-                    scale=st.sampled_from([1.0, 0.3, 2.5]))
+def numpy_blocked(q, k, v, attn_cfg, **options):
+    return attention(q, k, v, attn_cfg, impl="blocked", **options)
 
 
-@settings(max_examples=60, deadline=None)
-@given(seed=st.integers(0, 2 ** 31), attn_cfg=configs, batch=st.integers(1, 2), length=st.integers(1, 23),
-       heads=st.integers(1, 3), head_dim=st.integers(1, 5), block_size=st.integers(1, 30), causal=st.booleans(),
-       causal_length=st.sampled_from(["per_query", "global"]))
-def test_blocked_equals_dense(seed, attn_cfg, batch, length, heads, head_dim, block_size, causal, causal_length):
-    # Block sizes above, below and not dividing the length: the last block is shorter.
-    q, k, v = qkv(seed, batch, length, heads, head_dim)
-    options = dict(causal=causal, causal_length=causal_length)
-    dense = attention(q, k, v, attn_cfg, impl="dense", **options)
-    blocked = attention(q, k, v, attn_cfg, impl="blocked", block_size=block_size, **options)
-    assert blocked.shape == dense.shape == q.shape
-    np.testing.assert_allclose(blocked, dense, rtol=1e-11, atol=1e-12)
+def test_blocked_equals_dense_in_float64():
+    # The kit's check_blocked against the dense core: block sizes above, below and not dividing the length
+    # (the last block is shorter), causal masks of both lengths. The float64 tolerance is named, so a result
+    # that is not float64 fails it.
+    rt.check_blocked(numpy_blocked, dtype=np.float64, tolerance="float64", max_examples=60)
+
+
+# float32 inputs, float32 results within the float32 rounding bound of the exact (float64) answer.
+test_blocked_equals_dense_in_float32 = rt.blocked_property_test(numpy_blocked, max_examples=40)
 
 
 def test_blocked_follows_the_input_dtype_and_config_block_size():

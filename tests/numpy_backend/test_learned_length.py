@@ -13,11 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import reluattn as ra
-from jax_testing import compiling, random_batch, random_params, relative_error
 from reluattn.config import AttentionConfig, ViTConfig
 from reluattn.numpy_backend import attention_weights, multihead_attention
 from reluattn.numpy_backend.attention_weights import learned_attention_weights_forward
 from reluattn.params import decay_mask, flatten, init_params, learned_length, param_shapes
+from reluattn.testing import compiling, make_batch, make_parameters, relative_error
 from test_numpy_model import check_model_gradients
 
 nb, jb = ra.backend("numpy"), ra.backend("jax")
@@ -89,8 +89,8 @@ def test_model_gradient_check_fails_when_the_length_backward_is_broken(monkeypat
 
 def test_alpha_gradient_is_minus_log_length_times_the_log_scale_gradient():
     cfg = tiny(learn_alpha=True, learn_scale=True)
-    params = random_params(cfg, 1)
-    images, labels = random_batch(cfg, 2)
+    params = make_parameters(cfg, 1, np.float64)
+    images, labels = make_batch(cfg, 2, np.float64)
     grads = nb.loss_and_grad(params, images, labels, cfg)[1]
     for block in grads["blocks"]:
         np.testing.assert_allclose(block["attn"]["length"]["alpha"],
@@ -102,7 +102,7 @@ def test_the_fixed_one_stays_at_its_initial_value_while_training(backend):
     module = ra.backend(backend)
     cfg = tiny(alpha=0.5, learn_scale=True)
     params = init_params(cfg, seed=0)
-    images, labels = random_batch(cfg, 1)
+    images, labels = make_batch(cfg, 1, np.float64)
     opt_cfg = ra.OptimizerConfig(learning_rate=0.05, total_steps=3, warmup_steps=0, weight_decay=0.1)
     state = module.init_optimizer(params, opt_cfg)
     for _ in range(3):
@@ -138,8 +138,8 @@ def test_relu_former_scaled_relu_at_initialisation():
 def test_jax_equals_numpy(kind, impl, learn_alpha, seed):
     cfg = tiny(kind, alpha=0.7, scale=1.5, learn_alpha=learn_alpha, learn_scale=not learn_alpha or seed % 2 == 0,
                impl=impl, block_size=3 if impl == "blocked" else None)
-    params = random_params(cfg, seed)
-    images, labels = random_batch(cfg, seed + 1)
+    params = make_parameters(cfg, seed, np.float64)
+    images, labels = make_batch(cfg, seed + 1, np.float64)
     logits, maps = nb.apply(params, images, cfg, return_attention=True)
     loss, grads = nb.loss_and_grad(params, images, labels, cfg)
     with jax.enable_x64(True):

@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 
 import reluattn as ra
 from gradcheck import check_gradients
-from jax_testing import compiling, random_batch, random_params, relative_error
 from reluattn.config import AttentionConfig, ViTConfig
 from reluattn.jax_backend.regulariser import attention_regulariser as jax_regulariser
 from reluattn.numpy_backend import model, regulariser
@@ -19,6 +18,7 @@ from reluattn.numpy_backend.layers import cross_entropy_forward, targets_from_la
 from reluattn.numpy_backend.regulariser import (ROW_SUM_FLOOR, attention_regulariser_backward,
                                                 attention_regulariser_forward)
 from reluattn.params import flatten
+from reluattn.testing import compiling, make_batch, make_parameters, relative_error
 
 nb, jb = ra.backend("numpy"), ra.backend("jax")
 REGULARISED_KINDS = ["relu", "relu2", "softplus", "sigmoid", "relu6", "softmax", "sigmoid_bias"]
@@ -137,8 +137,8 @@ def regularised_loss(params, images, labels, cfg):
 
 
 def check_model(cfg, seed=0):
-    params = random_params(cfg, seed)
-    images, labels = random_batch(cfg, seed + 1, batch=2)
+    params = make_parameters(cfg, seed, np.float64)
+    images, labels = make_batch(cfg, seed + 1, np.float64, batch=2)
     loss, grads = nb.loss_and_grad(params, images, labels, cfg)
     assert loss == pytest.approx(regularised_loss(params, images, labels, cfg), rel=1e-12)
     check_gradients(lambda: regularised_loss(params, images, labels, cfg), flatten(params), flatten(grads),
@@ -163,8 +163,8 @@ def test_model_gradient_check_fails_when_the_regulariser_backward_is_broken(monk
 def test_loss_is_cross_entropy_plus_weighted_regulariser_in_both_backends():
     cfg = tiny("relu", reg_weight=0.25)
     plain = cfg.replace(attention=cfg.attention.replace(reg_weight=0.0))
-    params = random_params(cfg, 3)
-    images, labels = random_batch(cfg, 4)
+    params = make_parameters(cfg, 3, np.float64)
+    images, labels = make_batch(cfg, 4, np.float64)
     regulariser_value = nb.attention_regulariser(params, images, cfg)
     cross_entropy = nb.loss_and_grad(params, images, labels, plain)[0]
     assert nb.loss_and_grad(params, images, labels, cfg)[0] == pytest.approx(
@@ -181,8 +181,8 @@ def test_loss_is_cross_entropy_plus_weighted_regulariser_in_both_backends():
 
 def test_training_metrics_carry_the_loss_terms():
     cfg = tiny("relu", reg_weight=0.5)
-    params = random_params(cfg, 5)
-    images, labels = random_batch(cfg, 6)
+    params = make_parameters(cfg, 5, np.float64)
+    images, labels = make_batch(cfg, 6, np.float64)
     opt_cfg = ra.OptimizerConfig(total_steps=2)
     metrics = nb.train_step(params, nb.init_optimizer(params, opt_cfg), images, labels, cfg, opt_cfg)[2]
     assert metrics["loss"] == pytest.approx(metrics["cross_entropy"] + 0.5 * metrics["attention_regulariser"])
@@ -194,12 +194,12 @@ def test_training_metrics_carry_the_loss_terms():
 def test_an_all_zero_relu_row_keeps_the_model_loss_and_gradient_finite():
     """Queries whose every score is negative: the relu rows are exact zeros, R's log is clamped."""
     cfg = tiny("relu", reg_weight=1.0)
-    params = random_params(cfg, 7)
+    params = make_parameters(cfg, 7, np.float64)
     params["blocks"][0]["attn"]["qkv"]["w"][:, :8] = 0.0  # q = the bias ...
     params["blocks"][0]["attn"]["qkv"]["b"][:8] = -5.0  # ... negative, and
     params["blocks"][0]["attn"]["qkv"]["w"][:, 8:16] = 0.0  # k = the bias, positive: every score < 0
     params["blocks"][0]["attn"]["qkv"]["b"][8:16] = 5.0
-    images, labels = random_batch(cfg, 8)
+    images, labels = make_batch(cfg, 8, np.float64)
     weights = nb.apply(params, images, cfg, return_attention=True)[1][0]
     assert np.all(weights == 0.0)
     loss, grads = nb.loss_and_grad(params, images, labels, cfg)
@@ -228,8 +228,8 @@ def test_configs_refuse_what_the_regulariser_cannot_read():
 def test_jax_model_with_the_regulariser_equals_numpy(kind, seed, margin, learn):
     learn = learn and kind not in ("softmax", "sigmoid_bias")
     cfg = tiny(kind, reg_weight=0.5, entropy_margin=margin, learn_alpha=learn, gated=True)
-    params = random_params(cfg, seed)
-    images, labels = random_batch(cfg, seed + 1)
+    params = make_parameters(cfg, seed, np.float64)
+    images, labels = make_batch(cfg, seed + 1, np.float64)
     loss, grads = nb.loss_and_grad(params, images, labels, cfg)
     with jax.enable_x64(True):
         jax_loss, jax_grads = jb.loss_and_grad(params, images, labels, cfg)

@@ -22,7 +22,7 @@ from reluattn.config import ATTENTION_KINDS, AttentionConfig, ViTConfig
 from reluattn.jax_backend import attention, attention_fn, dot_product_attention
 from reluattn.jax_backend import model as jax_model
 from reluattn.jax_backend import multihead_attention
-from tests.jax_testing import compiling, relative_error
+from reluattn.testing import compiling, relative_error
 
 few_examples = settings(compiling, max_examples=25)  # each drawn shape compiles its own XLA ops
 FLAX_MISSING = "flax is not installed: the interop tests need the extra, pip install -e '.[interop]'"

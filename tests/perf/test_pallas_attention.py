@@ -1,46 +1,36 @@
 """The optional Pallas kernel (jax_backend/fast/pallas_attention.py), run in Pallas's interpret mode on the CPU:
-output and gradients equal the dense path, for every kind it supports; bad calls are refused."""
+output and gradients (jax.vjp) equal the float64 NumPy reference and its hand-written backward, through the
+testing kit (reluattn.testing), for every kind it supports; bad calls are refused."""
 
-import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
-from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
-import reluattn.jax_backend as jb
+import reluattn.testing as rt
 from reluattn.config import AttentionConfig
 from reluattn.jax_backend.fast.pallas_attention import KINDS, pallas_attention
 
-
-def relative_error(a, b):
-    return float(jnp.linalg.norm(a - b) / jnp.linalg.norm(b))
+SHAPES = rt.attention_shapes(batch=2, heads=2, lengths=32, head_dims=16)  # what the kernel supports: L = 32, Dh 16
 
 
-def check_equals_dense(kind, alpha, scale, blocks, seed):
-    rng = np.random.default_rng(seed)
-    q, k, v, out_grad = (jnp.asarray(rng.normal(size=(2, 32, 2, 16)), jnp.float32) for _ in range(4))
-    cfg = AttentionConfig(kind=kind, alpha=alpha, scale=scale)
-    fast, fast_pullback = jax.vjp(
-        lambda q, k, v: pallas_attention(q, k, v, cfg, block_q=blocks[0], block_k=blocks[1], interpret=True),
-        q, k, v)
-    dense, dense_pullback = jax.vjp(lambda q, k, v: jb.attention(q, k, v, cfg, impl="dense"), q, k, v)
-    assert relative_error(fast, dense) < 1e-5
-    for name, got, expected in zip("qkv", fast_pullback(out_grad), dense_pullback(out_grad)):
-        assert relative_error(got, expected) < 1e-5, name
+def kernel(q, k, v, attn_cfg, *, block_q=16, block_k=32):
+    """pallas_attention in interpret mode, in the testing kit's signature."""
+    return pallas_attention(q, k, v, attn_cfg, block_q=block_q, block_k=block_k, interpret=True)
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
-def test_pallas_equals_dense_for_every_kind(kind):
-    check_equals_dense(kind, alpha=1.0, scale=1.0, blocks=(16, 32), seed=0)
+def test_pallas_equals_the_reference_for_every_kind(kind):
+    inputs = rt.make_inputs(rt.AttentionShape(batch=2, queries=32, keys=32, heads=2, head_dim=16), "normal", seed=0)
+    case = rt.AttentionCase(inputs, AttentionConfig(kind=kind), extra=(("block_q", 16), ("block_k", 32)))
+    rt.compare_attention(kernel, case, grad=True, tolerance="float32")
 
 
-# Shrinking would re-run the interpreted kernels many times over; a failing draw is reported as drawn.
-@settings(deadline=None, max_examples=6, phases=[Phase.explicit, Phase.reuse, Phase.generate])
-@given(kind=st.sampled_from(sorted(KINDS)), alpha=st.floats(0.0, 2.0), scale=st.floats(0.5, 2.0),
-       blocks=st.sampled_from([(16, 16), (16, 32), (32, 16)]), seed=st.integers(0, 2**16))
-def test_pallas_equals_dense_over_drawn_options(kind, alpha, scale, blocks, seed):
-    check_equals_dense(kind, alpha, scale, blocks, seed)
+def test_pallas_equals_the_reference_over_drawn_options():
+    # The kit's drawn inputs (large scores, scores on the kink, all-negative rows too), alpha in [0, 2],
+    # scales in [0.5, 2], tiles of 16 or 32 queries and keys; few examples: interpreted kernels are slow.
+    configs = rt.attention_configs(sorted(KINDS), scales=st.floats(0.5, 2.0))
+    rt.check_attention_grad(kernel, configs=configs, shapes=SHAPES, options={"block_q": [16, 32], "block_k": [16, 32]},
+                            tolerance="float32", max_examples=6)
 
 
 @pytest.mark.parametrize("call, message", [

@@ -1,7 +1,9 @@
-"""reluattn.testing passes the project's own implementations: the NumPy backend's attention (dense and
-blocked, float32 against the float64 reference), the JAX attention (dense and blocked, forward and jax.vjp
-gradients, float32 and float64, bfloat16 matmuls), the Pallas kernel in interpret mode, whole backends
-(check_backend), the worked example of docs/testing.md; and it imports only with hypothesis installed.
+"""reluattn.testing passes the project's own implementations: the NumPy backend's attention (float32 against
+the float64 reference), the JAX attention (forward and jax.vjp gradients, float32 and float64, bfloat16
+matmuls), whole backends (check_backend), the worked example of docs/testing.md; and it imports only with
+hypothesis installed. The tiled implementations are held to the reference through the kit where they are
+tested: tests/numpy_backend/test_blocked_attention_numpy.py, tests/perf/test_blocked_attention_jax.py and
+tests/perf/test_pallas_attention.py (the Pallas kernel in interpret mode).
 
 Example counts are small: every JAX case compiles (the kit's checks run without shrinking, deadline=None).
 """
@@ -18,24 +20,13 @@ import pytest
 
 import reluattn as ra
 import reluattn.testing as rt
-from reluattn.jax_backend.fast.pallas_attention import KINDS as PALLAS_KINDS
-from reluattn.jax_backend.fast.pallas_attention import pallas_attention
 
 ROOT = Path(__file__).resolve().parents[2]
 jb, nb = ra.backend("jax"), ra.backend("numpy")
 
 
-def jax_blocked(q, k, v, attn_cfg, **options):
-    return jb.attention(q, k, v, attn_cfg, impl="blocked", **options)
-
-
-def numpy_blocked(q, k, v, attn_cfg, **options):
-    return nb.attention(q, k, v, attn_cfg, impl="blocked", **options)
-
-
 # The one-line form: pytest collects these as they are.
 test_numpy_attention_float32 = rt.attention_property_test(nb.attention, causal=True, max_examples=40)
-test_numpy_blocked_attention_float32 = rt.blocked_property_test(numpy_blocked, max_examples=40)
 test_numpy_attention_long_sequences = rt.attention_property_test(
     nb.attention, kinds=["relu", "softmax"], shapes=rt.attention_shapes(lengths=list(rt.strategies.LONG_LENGTHS)),
     max_examples=3)
@@ -50,10 +41,6 @@ def test_jax_attention_forward_and_gradients_float64():
         rt.check_attention_grad(jb.attention, dtype=np.float64, causal=True, max_examples=4)
 
 
-def test_jax_blocked_attention_with_masks_and_gradients():
-    rt.check_blocked(jax_blocked, grad=True, max_examples=6)
-
-
 def test_jax_attention_with_bfloat16_matmuls_meets_the_bfloat16_tolerance():
     # float32 outputs of bfloat16 matmuls: the caller names the tolerance of the precision actually used.
     # Inputs already in bfloat16, so what is measured is the rounding inside (the reference sees the same inputs).
@@ -61,13 +48,6 @@ def test_jax_attention_with_bfloat16_matmuls_meets_the_bfloat16_tolerance():
         return jb.attention(q, k, v, attn_cfg, compute_dtype=jnp.bfloat16, **options)
     rt.check_attention(bfloat16_matmuls, dtype="bfloat16", tolerance="bfloat16", kinds=["relu", "softmax", "gelu"],
                        profiles=["normal", "kinks", "negative_rows"], max_examples=5)
-
-
-def test_pallas_kernel_in_interpret_mode():
-    def kernel(q, k, v, attn_cfg):
-        return pallas_attention(q, k, v, attn_cfg, block_q=16, block_k=16, interpret=True)
-    shapes = rt.attention_shapes(batch=1, heads=2, lengths=32, head_dims=16)  # what the kernel supports
-    rt.check_attention_grad(kernel, kinds=sorted(PALLAS_KINDS), shapes=shapes, max_examples=2)
 
 
 def test_check_backend_passes_both_backends():
@@ -147,3 +127,43 @@ def test_configs_narrow_what_is_drawn():
         rt.check_attention(only_alpha_one, kinds=["relu"], max_examples=20)
     with pytest.raises(ValueError, match="give kinds or configs"):
         rt.check_attention(only_alpha_one, kinds=["relu"], configs=rt.attention_configs(["relu"]))
+
+
+def test_drawn_options_reach_the_function_and_the_report():
+    # A tiled function that is right for one tile size only: caught, and the report names the option drawn.
+    def tile_dependent(q, k, v, attn_cfg, *, tile):
+        return nb.attention(q, k, v, attn_cfg) * (1.0 if tile == 1 else 1.5)
+    rt.check_attention(tile_dependent, kinds=["relu"], options={"tile": 1}, max_examples=5)
+    with pytest.raises(rt.MismatchError, match=r"(?s)got = 1.5 x expected.*tile=2"):
+        rt.check_attention(tile_dependent, kinds=["relu"], options={"tile": [1, 2]}, max_examples=20)
+
+
+def test_max_examples_overrides_the_settings_count():
+    from hypothesis import settings
+    calls = []
+
+    def counted(q, k, v, attn_cfg):
+        calls.append(1)
+        return nb.attention(q, k, v, attn_cfg)
+    rt.check_attention(counted, kinds=["relu"], settings=settings(rt.compiling, database=None, max_examples=50),
+                       max_examples=3)
+    assert len(calls) == 3
+
+
+def test_trees_are_compared_leaf_by_leaf():
+    expected = {"w": np.array([1.0, -2.0]), "blocks": [{"b": np.array([1e-3, 0.0])}]}
+    rt.assert_trees_close({"w": np.array([1.0, -2.0 + 1e-9]), "blocks": [{"b": np.array([1e-3, 1e-12])}]},
+                          expected, rtol=1e-8)
+    with pytest.raises(rt.MismatchError, match=r"(?s)weights blocks/0/b: 1 of 2 entries.*worst at index \(1,\)"):
+        rt.assert_trees_close({"w": expected["w"], "blocks": [{"b": np.array([1e-3, 1e-9])}]}, expected, 1e-8,
+                              what="weights")
+    with pytest.raises(rt.MismatchError, match=r"the leaves differ: missing \['blocks/0/b'\]"):
+        rt.assert_trees_close({"w": expected["w"]}, expected, 1e-8)
+    assert rt.relative_error(np.array([1.0, 2.0]), np.array([1.0, 2.5])) == pytest.approx(0.2)
+    with pytest.raises(ValueError, match="arrays of one size"):
+        rt.relative_error(np.ones(3), np.ones(1))
+
+
+def test_the_api_page_names_every_public_name():
+    page = (ROOT / "docs/api/testing.md").read_text()
+    assert not [name for name in rt.__all__ if f"reluattn.testing.{name}" not in page]
