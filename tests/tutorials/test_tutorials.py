@@ -46,12 +46,7 @@ def load_script(path: Path):
 execute_tutorials = load_script(TUTORIALS / "execute_tutorials.py")
 # Notebook 03 gains a section on another branch: its outputs are made (make notebooks 03) once that is merged,
 # and this mark goes then (strict: the test fails as soon as 03 carries fresh outputs, to have it removed).
-AWAITING_OUTPUTS = {"03_same_model_in_jax.ipynb": "notebook 03 is run once its new section is merged"}
-
-
-@pytest.mark.parametrize("path", [
-    pytest.param(path, marks=pytest.mark.xfail(strict=True, reason=AWAITING_OUTPUTS[path.name]))
-    if path.name in AWAITING_OUTPUTS else path for path in NOTEBOOKS], ids=lambda path: path.stem)
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.stem)
 def test_committed_with_the_outputs_of_its_code(path):
     notebook = nbformat.read(path, as_version=4)
     nbformat.validate(notebook)
