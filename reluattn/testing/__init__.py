@@ -25,7 +25,7 @@ except ImportError:
 
 from .backend_checks import check_backend, compare_backend
 from .checks import check_attention, check_attention_grad, check_blocked, compare_attention, compiling
-from .precision import compute_dtype_errors
+from .precision import FLOAT32_CONDITION_FACTOR, ILL_CONDITIONED_DRAW, compute_dtype_errors, float32_against_exact
 from .properties import (attention_grad_property_test, attention_property_test, backend_property_test,
                          blocked_property_test)
 from .report import MismatchError, assert_trees_close, compare_trees, relative_error
@@ -38,7 +38,7 @@ __all__ = [
     "check_attention", "check_attention_grad", "check_blocked", "check_backend", "compare_attention",
     "compare_backend", "compiling", "attention_property_test", "attention_grad_property_test",
     "blocked_property_test", "backend_property_test", "MismatchError", "assert_trees_close", "compare_trees",
-    "relative_error", "compute_dtype_errors", "INPUT_PROFILES", "AttentionCase", "AttentionInputs", "AttentionShape",
+    "relative_error", "compute_dtype_errors", "float32_against_exact", "FLOAT32_CONDITION_FACTOR", "ILL_CONDITIONED_DRAW", "INPUT_PROFILES", "AttentionCase", "AttentionInputs", "AttentionShape",
     "attention_cases", "attention_configs", "attention_inputs", "attention_shapes", "image_batches", "make_batch",
     "make_inputs", "make_parameters", "optimizer_configs", "vit_configs", "vit_parameters", "TOLERANCES",
     "Tolerance", "tolerance_for",

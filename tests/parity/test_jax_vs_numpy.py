@@ -12,14 +12,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import reluattn as ra
 from reluattn.config import ATTENTION_KINDS, AttentionConfig
 from reluattn.numpy_backend.attention_weights import attention_weights_forward
-from reluattn.testing import (assert_trees_close, compiling, make_batch, make_parameters, optimizer_configs,
-                              relative_error, vit_configs)
+from reluattn.testing import (FLOAT32_CONDITION_FACTOR, assert_trees_close, compiling, float32_against_exact,
+                              make_batch, make_parameters, optimizer_configs, relative_error, vit_configs)
 
 jb, nb = ra.backend("jax"), ra.backend("numpy")
 FLOAT64_TOLERANCE = 1e-8
@@ -71,21 +71,13 @@ def test_float32_logits_equal_numpy(cfg, seed):
 def test_float32_loss_and_gradients_close_to_exact(cfg, seed, fast):
     """float32, plain and with fast=True (its own code paths: matmul layouts, the LayerNorm and GELU
     derivative rules), against the exact float64 answer of the NumPy backend."""
-    # Open question, not hidden: the learned length factor on the tiled (blocked) path in float32 missed this
-    # tolerance once in CI (gradient error 6.0e-4 of the norm against 1e-4; relu, learn_alpha, block 5,
-    # seed 276); it holds float64 parity (tests/numpy_backend/test_learned_length.py). Until that float32 gap
-    # is understood, this float32 bound is asserted without that one combination.
-    assume(not (cfg.attention.impl == "blocked" and (cfg.attention.learn_alpha or cfg.attention.learn_scale)))
-    params = make_parameters(cfg, seed, np.float64)
-    images, labels = make_batch(cfg, seed + 1, np.float64)
-    exact_loss, exact_grads = nb.loss_and_grad(params, images, labels, cfg)
-    float32_params = jax.tree.map(lambda leaf: np.asarray(leaf, np.float32), params)
-    loss, grads = jb.loss_and_grad(float32_params, images.astype(np.float32), labels, cfg, fast=fast)
-    assert loss.dtype == jnp.float32 and all(leaf.dtype == jnp.float32 for leaf in jax.tree.leaves(grads))
-    assert relative_error(loss, exact_loss) <= FLOAT32_GRADIENT_TOLERANCE
-    vector, exact_vector = (np.concatenate([np.ravel(leaf) for leaf in jax.tree.leaves(tree)])
-                            for tree in (grads, exact_grads))
-    assert np.linalg.norm(vector - exact_vector) <= FLOAT32_GRADIENT_TOLERANCE * np.linalg.norm(exact_vector)
+    # On an ill-conditioned draw, rounding the inputs to float32 alone moves the exact gradient by more than the
+    # bound ("sensitivity"); there the float32 result may be FLOAT32_CONDITION_FACTOR times that away (see
+    # reluattn/testing/precision.py; a CI draw of a width-3 LayerNorm, ILL_CONDITIONED_DRAW, needed it).
+    errors = float32_against_exact(cfg, seed, fast=fast)
+    assert errors["loss"] <= FLOAT32_GRADIENT_TOLERANCE, errors
+    allowed = max(FLOAT32_GRADIENT_TOLERANCE, FLOAT32_CONDITION_FACTOR * errors["sensitivity"])
+    assert errors["gradients"] <= allowed, errors
 
 
 @settings(compiling, max_examples=6)
