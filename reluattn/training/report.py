@@ -45,32 +45,37 @@ def _latest_checkpoint(run_dir: Path) -> Path | None:
         return None
 
 
-def _last_attention_statistics(run_dir: Path) -> dict:
-    """The attention statistics of the last validation that logged them (means over blocks)."""
-    statistics = {}
+def _last_validation_attention(run_dir: Path) -> dict:
+    """The "attention" entry of the last validation record of metrics.jsonl that has one ({} if none)."""
     try:
         lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     except OSError:
-        return statistics
+        return {}
     for line in reversed(lines):
         try:
             record = json.loads(line)
         except ValueError:
             continue
-        stats = record.get("attention")
-        if record.get("split") == "val" and isinstance(stats, dict):
-            for key in ("entropy_ratio", "zero_fraction", "top_share", "row_sum_mean"):
-                values = [v for v in stats.get(key) or [] if v is not None]  # None: a block of all-zero rows
-                if values:
-                    statistics[f"attention_{key}"] = float(np.mean(values))
-            break
+        if record.get("split") == "val" and isinstance(record.get("attention"), dict):
+            return record["attention"]
+    return {}
+
+
+def _last_attention_statistics(run_dir: Path) -> dict:
+    """The attention statistics of the last validation that logged them (means over blocks)."""
+    stats, statistics = _last_validation_attention(run_dir), {}
+    for key in ("entropy_ratio", "zero_fraction", "top_share", "row_sum_mean"):
+        values = [v for v in stats.get(key) or [] if v is not None]  # None: a block of all-zero rows
+        if values:
+            statistics[f"attention_{key}"] = float(np.mean(values))
     return statistics
 
 
 def _learned_alphas(run_dir: Path, checkpoint: Path | None) -> dict:
     """Mean, min and max of every learned alpha at the end of the run: from the last validation record of
     metrics.jsonl (what docs/run-logs/ keeps), else from the final checkpoint's blocks/*/attn/length/alpha."""
-    alphas = _last_logged_alphas(run_dir)
+    logged = _last_validation_attention(run_dir).get("alpha")
+    alphas = [np.asarray(block, dtype=float) for block in logged] if logged else None
     if alphas is None and checkpoint is not None and (checkpoint / "params.npz").is_file():
         with np.load(checkpoint / "params.npz", allow_pickle=False) as arrays:
             alphas = [arrays[key].ravel() for key in arrays.files if key.endswith("length/alpha")] or None
@@ -79,23 +84,6 @@ def _learned_alphas(run_dir: Path, checkpoint: Path | None) -> dict:
     values = np.concatenate([np.ravel(a) for a in alphas])
     return {"learned_alpha_mean": float(values.mean()), "learned_alpha_min": float(values.min()),
             "learned_alpha_max": float(values.max())}
-
-
-def _last_logged_alphas(run_dir: Path):
-    """The per-block learned alphas of the last validation record that logged them, or None."""
-    try:
-        lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    except OSError:
-        return None
-    for line in reversed(lines):
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        stats = record.get("attention")
-        if record.get("split") == "val" and isinstance(stats, dict) and stats.get("alpha"):
-            return [np.asarray(block, dtype=float) for block in stats["alpha"]]
-    return None
 
 
 def _train_flops(summary: dict, config: dict | None) -> float | None:
