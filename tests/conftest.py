@@ -1,10 +1,37 @@
-"""Suite-wide settings: a private decoded-image cache, and a non-interactive matplotlib."""
+"""Suite-wide settings: single-threaded BLAS, a private decoded-image cache, and a non-interactive matplotlib."""
 
 import os
+import shutil
+import tempfile
 
-import pytest
-
+# One BLAS thread, set before anything imports NumPy (pytest loads this file before any test module, and
+# NumPy's OpenBLAS reads these variables once, when it loads). Why: the float64 finite-difference checks
+# (tests/gradcheck.py, reluattn.grading) divide the difference of two losses by 2e-5, so they need f() to
+# give the same bits each time it is called on the same input. On the loaded 2-core machine, with OpenBLAS's
+# worker thread, we saw repeated forwards of the NumPy ViT on bit-identical inputs return losses up to
+# ~1.5e-11 apart, in bursts (twice in ~39,000 calls; the first differing output was the attention core's,
+# its inputs identical), enough to move a finite difference by ~1e-6 of a gradient: the whole tolerance.
+# With one thread, none of ~43,000 calls differed. This is where we saw it, not a proof of the mechanism.
+# The tests' matrices are tiny, so the thread buys nothing (the same loop timed alike with and without it).
+# The variables are inherited by the subprocesses and notebook kernels the tests start.
+for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_variable] = "1"
 os.environ.setdefault("MPLBACKEND", "Agg")
+
+# JAX's persistent compilation cache for the session, set before anything imports JAX: a program compiled
+# once (over JAX's default 1 s threshold: the training steps, not the small kernels) is read back from disk
+# by every later test that builds the same program, in this process, in the `reluattn` subprocesses and in
+# the notebook kernels. Compilation is most of what the training tests spend.
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    _XLA_CACHE = tempfile.mkdtemp(prefix="reluattn-tests-xla-")
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = _XLA_CACHE
+
+import pytest  # noqa: E402
+
+
+def pytest_unconfigure(config):
+    if "_XLA_CACHE" in globals():
+        shutil.rmtree(_XLA_CACHE, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True, scope="session")
