@@ -50,11 +50,17 @@ def test_gradients_match_the_reference():
                             causal_lengths=("per_query",), max_examples=8, settings=compiling)
 
 
+# (batch, queries, keys, key/value heads, query heads per key/value head, head width): the edge cases (one
+# query, one key, width 1, more keys than queries and fewer, grouped-query heads) as a fixed set, since the
+# drop-in's operations compile once per shape: drawn from 2,304 shapes, nearly every example compiled anew.
+MASKED_SHAPES = [(1, 1, 1, 1, 1, 1), (2, 6, 6, 2, 2, 8), (1, 3, 6, 1, 2, 4), (2, 6, 3, 2, 1, 3), (2, 5, 1, 1, 1, 2),
+                 (1, 4, 5, 2, 2, 1)]
+
+
 @st.composite
 def masked_cases(draw, kinds):
     """Random q, k, v (grouped-query heads too), bias, boolean mask and causal flag, with the drop-in's options."""
-    batch, queries, keys = draw(st.integers(1, 2)), draw(st.integers(1, 6)), draw(st.integers(1, 6))
-    kv_heads, group, head_dim = draw(st.integers(1, 2)), draw(st.integers(1, 2)), draw(st.integers(1, 8))
+    batch, queries, keys, kv_heads, group, head_dim = draw(st.sampled_from(MASKED_SHAPES))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     q = rng.normal(size=(batch, queries, kv_heads * group, head_dim)).astype(np.float32)
     k, v = (rng.normal(size=(batch, keys, kv_heads, head_dim)).astype(np.float32) for _ in range(2))
