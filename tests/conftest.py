@@ -1,8 +1,6 @@
 """Suite-wide settings: single-threaded BLAS, a private decoded-image cache, and a non-interactive matplotlib."""
 
 import os
-import shutil
-import tempfile
 
 # One BLAS thread, set before anything imports NumPy (pytest loads this file before any test module, and
 # NumPy's OpenBLAS reads these variables once, when it loads). Why: the float64 finite-difference checks
@@ -17,21 +15,11 @@ import tempfile
 for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_variable] = "1"
 os.environ.setdefault("MPLBACKEND", "Agg")
-
-# JAX's persistent compilation cache for the session, set before anything imports JAX: a program compiled
-# once (over JAX's default 1 s threshold: the training steps, not the small kernels) is read back from disk
-# by every later test that builds the same program, in this process, in the `reluattn` subprocesses and in
-# the notebook kernels. Compilation is most of what the training tests spend.
-if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
-    _XLA_CACHE = tempfile.mkdtemp(prefix="reluattn-tests-xla-")
-    os.environ["JAX_COMPILATION_CACHE_DIR"] = _XLA_CACHE
+# Not here: JAX's persistent compilation cache for this process. Tried: after one JAX training step had run
+# with it on, the NumPy forward in the same process moved by ~3e-10 relative and test_numpy_model's checks
+# against the plain reference failed (with it off they pass; the cause was not found).
 
 import pytest  # noqa: E402
-
-
-def pytest_unconfigure(config):
-    if "_XLA_CACHE" in globals():
-        shutil.rmtree(_XLA_CACHE, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True, scope="session")
