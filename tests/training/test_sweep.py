@@ -1,12 +1,14 @@
 """`reluattn sweep`: every cell of every experiment is a valid `reluattn train` command; a smoke sweep runs end
-to end, skips what is done, survives SIGKILL with the same table as an uninterrupted sweep, reports a failed
-cell without stopping the others, and rebuilds its report from the run directories alone."""
+to end, skips what is done, survives SIGKILL with the same table as an uninterrupted sweep (its cells on the
+NumPy backend), reports a failed cell without stopping the others (a real smoke cell beside it), and rebuilds
+its report from the run directories alone."""
 
 from __future__ import annotations
 
 import csv
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -88,14 +90,41 @@ def dataset(tmp_path_factory):
     return make_folder_dataset(tmp_path_factory.mktemp("sweep-data"), train_per_class=130, test_per_class=2)
 
 
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """One decoded-image cache for the module's sweeps: the images are decoded once."""
+    return tmp_path_factory.mktemp("sweep-cache")
+
+
 def _environment(cache: Path) -> dict:
     return dict(os.environ, PYTHONPATH=str(ROOT), RELUATTN_CACHE=str(cache), MPLBACKEND="Agg")
 
 
-def _sweep(args, cache: Path, **popen):
-    command = [sys.executable, "-m", "reluattn", "sweep", *map(str, args)]
-    return subprocess.Popen(command, env=_environment(cache), cwd=str(ROOT), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, **popen)
+# `reluattn sweep` whose cells train with the NumPy backend (nothing to compile: a cell takes seconds, where
+# the JAX backend's smoke cell spends most of a minute compiling) for NUMPY_STEPS steps, a checkpoint each,
+# so that the kill below lands between two checkpoints of a cell. The sweep's machinery (skipping, resuming,
+# reporting) is the same whatever the cells train with; test_a_failed_cell_is_reported_and_the_others_run
+# runs a real smoke cell, JAX backend, end to end.
+NUMPY_STEPS = 24
+NUMPY_CELLS_SWEEP = f"""
+import sys
+from reluattn.training import experiments, sweep
+
+def numpy_cells(experiment, scale):
+    return [experiments.Cell(cell.name, cell.labels, {{**cell.flags, "--backend": "numpy", "--steps": {NUMPY_STEPS}}})
+            for cell in experiments.cells_of(experiment, scale)]
+
+sweep.cells_of = numpy_cells
+from reluattn.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _sweep(args, cache: Path, numpy_cells: bool = True):
+    """The sweep in a fresh process (its cells on the NumPy backend, or the plain `python -m reluattn`)."""
+    start = ["-c", NUMPY_CELLS_SWEEP] if numpy_cells else ["-m", "reluattn"]
+    return subprocess.Popen([sys.executable, *start, "sweep", *map(str, args)], env=_environment(cache),
+                            cwd=str(ROOT), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def _table(out: Path) -> list[dict]:
@@ -104,8 +133,7 @@ def _table(out: Path) -> list[dict]:
     return [{k: v for k, v in row.items() if k not in RUN_SPECIFIC_COLUMNS} for row in rows]
 
 
-def test_smoke_sweep_kill_and_rerun_gives_the_uninterrupted_table(dataset, tmp_path):
-    cache = tmp_path / "cache"
+def test_smoke_sweep_kill_and_rerun_gives_the_uninterrupted_table(dataset, cache, tmp_path):
     common = ["kv-memory", "--scale", "smoke", "--seeds", "1", "--data", dataset, "--cells", *CELLS, "--no-progress"]
 
     whole = tmp_path / "whole"
@@ -116,7 +144,10 @@ def test_smoke_sweep_kill_and_rerun_gives_the_uninterrupted_table(dataset, tmp_p
     assert (whole / "kv-memory.png").stat().st_size > 10_000
 
     # Kill the sweep (SIGKILL: no clean-up) once the second cell has saved a checkpoint but not finished.
+    # Its first cell is the uninterrupted sweep's, copied: the sweep skips it and goes straight to the
+    # second (training it again would only repeat what "whole" did).
     killed = tmp_path / "killed"
+    shutil.copytree(whole / CELLS[0], killed / CELLS[0])
     process = _sweep([*common, "--out", killed], cache)
     second = killed / CELLS[1] / "seed0"
     deadline = time.time() + 600
@@ -142,13 +173,13 @@ def test_smoke_sweep_kill_and_rerun_gives_the_uninterrupted_table(dataset, tmp_p
     assert "2 already done, 0 to run" in again.communicate(timeout=600)[0]
     (killed / "results.csv").unlink()
     (killed / "results.json").unlink()
-    report = _sweep(["kv-memory", "--scale", "smoke", "--report", "--out", killed], cache)
+    report = _sweep(["kv-memory", "--scale", "smoke", "--report", "--out", killed], cache, numpy_cells=False)
     assert report.communicate(timeout=300)[0].startswith("wrote")
     assert _table(killed) == _table(whole)
 
 
-def test_a_failed_cell_is_reported_and_the_others_run(dataset, tmp_path, monkeypatch):
-    monkeypatch.setenv("RELUATTN_CACHE", str(tmp_path / "cache"))
+def test_a_failed_cell_is_reported_and_the_others_run(dataset, cache, tmp_path, monkeypatch):
+    monkeypatch.setenv("RELUATTN_CACHE", str(cache))
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     good = cells_of("kv-memory", "smoke")[0]
     bad = Cell("bad-width", {"activation": "relu", "mlp_dim": 16}, {**good.flags, "--dim": 15})  # 15 % 2 heads

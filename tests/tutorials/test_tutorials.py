@@ -16,6 +16,7 @@ import html
 import importlib.util
 import re
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import nbformat
@@ -82,16 +83,38 @@ def kernel_env(tmp_path_factory):
     return {**execute_tutorials.kernel_environment(tmp_path_factory.mktemp("jupyter")), "RELUATTN_QUICK": "1"}
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.stem)
-def test_notebook_runs(path, kernel_env, monkeypatch):
-    for name, value in kernel_env.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("MPLBACKEND", raising=False)  # the notebook's own inline backend, as a student sees it
+def run_notebook(path: Path):
+    """The notebook with the probe cell appended, executed top to bottom in a kernel of its own."""
     notebook = nbformat.read(path, as_version=4)
     notebook.cells.append(nbformat.v4.new_code_cell(PROBE))
     client = NotebookClient(notebook, timeout=CELL_TIMEOUT, kernel_name="python3",
                             resources={"metadata": {"path": str(TUTORIALS)}})
     client.execute()  # raises CellExecutionError, naming the cell, when any cell fails
+    return notebook
+
+
+@pytest.fixture(scope="module")
+def executed_notebooks(kernel_env, request):
+    """{path: future of the executed notebook} for the notebooks this session tests, all started at the
+    first request, two kernels at a time. A kernel spends much of its run on one core (NumPy with one BLAS
+    thread, XLA's compiler, Python), so two side by side keep both cores of CI busy. The environment holds
+    until every kernel has finished; after a failure under -x, the notebooks not started are dropped."""
+    selected = [item.callspec.params["path"] for item in request.session.items
+                if getattr(item, "originalname", None) == "test_notebook_runs"]
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in kernel_env.items():
+            patch.setenv(name, value)
+        patch.delenv("MPLBACKEND", raising=False)  # the notebook's own inline backend, as a student sees it
+        pool = ThreadPoolExecutor(max_workers=2)
+        try:
+            yield {path: pool.submit(run_notebook, path) for path in selected}
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.stem)
+def test_notebook_runs(path, executed_notebooks):
+    notebook = executed_notebooks[path].result()  # re-raises the notebook's CellExecutionError
     probe = "".join(output.get("text", "") for output in notebook.cells[-1].outputs).split()
     assert Path(probe[0]).resolve() == Path(sys.executable).resolve(), f"kernel ran {probe[0]}"
     assert Path(probe[1]).resolve().is_relative_to(ROOT), f"kernel imported reluattn from {probe[1]}"
