@@ -294,8 +294,8 @@ def add_parser(commands) -> None:
     p.add_argument("--seeds", type=int, default=2, help="runs per cell, seeds 0..N-1 (default: 2)")
     p.add_argument("--out", help="the sweep folder (default: sweeps/<experiment>-<scale>)")
     p.add_argument("--data", help="the dataset, as for `reluattn train` (default: $RELUATTN_DATA)")
-    p.add_argument("--cells", nargs="+", metavar="GLOB", help="run only the cells matching these patterns "
-                   "(e.g. 't17-*'); see --list")
+    p.add_argument("--cells", nargs="+", metavar="GLOB", help="run only the cells matching these shell-style patterns "
+                   "(e.g. t17-* for the 17-token cells; see --list)")
     p.add_argument("--report", action="store_true", help="only rebuild the report from the run directories")
     p.add_argument("--list", action="store_true", help="only print the cells and their train commands")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (log lines only)")
