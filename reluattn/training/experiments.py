@@ -15,10 +15,10 @@ CPU budget arithmetic (2-core CPU). The cpu base model is ViT 64 wide, 4 deep, 2
 trained 4 epochs on 20,000 images (625 steps) with 5,000 held out. The grids were first sized from the
 reproduction issue's figure (a 65-token run in about 50 s on a 2-core AMD EPYC) and came out at <= 90 minutes
 per experiment with 2 seeds. MEASURED since (each sweep's results table records every run's wall time): on
-the 2-core AMD EPYC of the first sweeps, a 17-token run (patch 8) takes about 90 s when the machine is quiet
-(the fastest alpha-sweep runs: 86-92 s, start-up included) and 100-540 s while other jobs share the two
+the 2-core AMD EPYC of the first sweeps, a 17-token run (patch 8) takes 64-70 s when the machine is quiet
+(four alpha-sweep runs with nothing else running, start-up included) and 100-540 s while other jobs share the two
 cores; 65-token runs have not been timed on a quiet machine yet. So the issue's figure does not hold here,
-and neither do the budgets below: at 90 s a run, the 62 17-token runs of alpha-sweep alone take ~93 min.
+and neither do the budgets below: at ~67 s a run, the 62 17-token runs of alpha-sweep alone take ~70 min.
 Per experiment, 2 seeds (runs; the first estimates kept for comparison):
     alpha-sweep      62 cells (6 h x 5 alpha x 2 lengths + softmax x 2) x 2 = 124 runs; first estimate ~85 min
     scaling          3 sizes x 2 kinds x 2 = 12 runs; widths 48/64/96 span ~10x FLOPs per image; ~35 min
