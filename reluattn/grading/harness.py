@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from .feedback import ExerciseFailed, diagnose, passed, report
-from .finite_differences import TOLERANCE, numeric_gradient, relative_error
+from .finite_differences import TOLERANCE, best_of_two, numeric_gradient, relative_error
 
 
 def named_leaves(tree, prefix: str) -> dict:
@@ -24,9 +24,13 @@ def verified_numeric(loss, arrays: dict, reference: dict, what: str) -> dict:
     """Finite-difference gradients of loss() for each named float64 array in `arrays`, after checking that
     reluattn's own gradients (`reference`, named alike) agree with them: a disagreement is a bug in
     reluattn, not in the student's answer."""
-    numeric = {name: numeric_gradient(loss, x) for name, x in arrays.items()}
-    bad = {name: relative_error(reference[name], numeric[name]) for name in arrays}
-    bad = {name: error for name, error in bad.items() if error > TOLERANCE}
+    def measured(name):  # (relative error against the reference, the finite differences)
+        numeric = numeric_gradient(loss, arrays[name])
+        return relative_error(reference[name], numeric), numeric
+
+    results = {name: best_of_two(lambda: measured(name)) for name in arrays}  # twice when over TOLERANCE
+    numeric = {name: found for name, (_, found) in results.items()}
+    bad = {name: error for name, (error, _) in results.items() if error > TOLERANCE}
     if bad:
         raise RuntimeError(f"reluattn's reference {what} disagrees with finite differences ({bad}); please report it")
     return numeric

@@ -335,6 +335,21 @@ def test_finite_differences_match_a_known_gradient_and_restore_the_input():
         grading.numeric_gradient(lambda: 0.0, x.astype(np.float32))
 
 
+def test_a_check_over_the_tolerance_is_measured_again_and_a_wrong_gradient_still_fails():
+    x = np.random.default_rng(1).normal(size=(2, 3))
+    calls = []
+
+    def glitching():  # one evaluation of f off in its 10th digit, the rest exact
+        calls.append(None)
+        return float(np.sum(x ** 3)) * (1 + 1e-9 * (len(calls) == 3))
+
+    assert grading.gradient_check(glitching, {"x": x}, {"x": 3 * x ** 2})["x"] < 1e-8
+    assert len(calls) == 2 * 2 * x.size  # the glitch put the first pass over 1e-6: it ran a second time
+    calls.clear()
+    assert grading.gradient_check(glitching, {"x": x}, {"x": 3.01 * x ** 2})["x"] > 1e-3
+    assert len(calls) == 2 * 2 * x.size  # measured twice, over the tolerance both times
+
+
 def test_references_agree_with_closed_forms():
     assert scaling.expected_activation("relu") == pytest.approx(1 / math.sqrt(2 * math.pi), rel=1e-9)
     assert scaling.expected_activation("relu2") == pytest.approx(0.5, rel=1e-9)
