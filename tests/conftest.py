@@ -12,9 +12,9 @@ import os
 # With one thread, none of ~43,000 calls differed. This is where we saw it, not a proof of the mechanism,
 # and not the whole story: with one thread, a whole-suite run still failed one finite-difference case of
 # test_numpy_model after the JAX tests had run in the same process, and the docs build's run of tutorial 02
-# (no JAX in its kernel) once failed a LayerNorm check. So a check over the tolerance is now measured a
-# second time before it fails (best_of_two in reluattn/grading/finite_differences.py); a wrong backward
-# fails both times.
+# (no JAX in its kernel) once failed a LayerNorm check. So a check over the tolerance is now measured
+# again, up to three times, before it fails (best_of_three in reluattn/grading/finite_differences.py); a
+# wrong backward fails every time.
 # The tests' matrices are tiny, so the thread buys nothing (the same loop timed alike with and without it).
 # The variables are inherited by the subprocesses and notebook kernels the tests start.
 for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 # The package's finite differences (the same ones the tutorial exercises are graded with).
-from reluattn.grading.finite_differences import EPS, TOLERANCE, best_of_two, numeric_gradient, relative_error  # noqa: F401
+from reluattn.grading.finite_differences import EPS, TOLERANCE, best_of_three, numeric_gradient, relative_error  # noqa: F401
 from reluattn.params import flatten
 
 
@@ -32,7 +32,7 @@ def check_gradients(f, arrays: dict, grads: dict, *, samples=None, seed=0, toler
     every entry is checked; otherwise `samples` random entries of each array (against the scale of its
     whole gradient) plus its derivative along one random direction d (which involves every entry at once;
     judged against sum |grad * d|, the size of the sum before its terms cancel). An array over tolerance is
-    measured a second time (best_of_two: see reluattn.grading.finite_differences). Fails naming every array
+    measured again, up to three times (best_of_three: see reluattn.grading.finite_differences). Fails naming every array
     over tolerance.
     """
     assert set(arrays) == set(grads), f"gradients for {sorted(set(grads) ^ set(arrays))} missing or extra"
@@ -42,7 +42,7 @@ def check_gradients(f, arrays: dict, grads: dict, *, samples=None, seed=0, toler
         grad = np.asarray(grads[name])
         assert grad.shape == x.shape, f"{name}: gradient shape {grad.shape}, array shape {x.shape}"
         if samples is None:
-            errors[name], _ = best_of_two(lambda: (relative_error(grad, numeric_gradient(f, x)), None), tolerance)
+            errors[name], _ = best_of_three(lambda: (relative_error(grad, numeric_gradient(f, x)), None), tolerance)
             continue
         indices = rng.choice(x.size, size=min(samples, x.size), replace=False)
         direction = rng.normal(size=x.shape)
@@ -55,7 +55,7 @@ def check_gradients(f, arrays: dict, grads: dict, *, samples=None, seed=0, toler
                                              scale=np.sum(np.abs(grad * direction)))
             return max(coordinate_error, direction_error), None
 
-        errors[name], _ = best_of_two(measured, tolerance)  # measured twice when over the tolerance
+        errors[name], _ = best_of_three(measured, tolerance)  # again while over the tolerance
     bad = {name: error for name, error in errors.items() if not error <= tolerance}
     assert not bad, f"relative errors over {tolerance}: {bad}"
     return errors

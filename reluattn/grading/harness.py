@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from .feedback import ExerciseFailed, diagnose, passed, report
-from .finite_differences import TOLERANCE, best_of_two, numeric_gradient, relative_error
+from .finite_differences import TOLERANCE, best_of_three, numeric_gradient, relative_error
 
 
 def named_leaves(tree, prefix: str) -> dict:
@@ -28,7 +28,7 @@ def verified_numeric(loss, arrays: dict, reference: dict, what: str) -> dict:
         numeric = numeric_gradient(loss, arrays[name])
         return relative_error(reference[name], numeric), numeric
 
-    results = {name: best_of_two(lambda: measured(name)) for name in arrays}  # twice when over TOLERANCE
+    results = {name: best_of_three(lambda: measured(name)) for name in arrays}  # again while over TOLERANCE
     numeric = {name: found for name, (_, found) in results.items()}
     bad = {name: error for name, (error, _) in results.items() if error > TOLERANCE}
     if bad:

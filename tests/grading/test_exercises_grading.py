@@ -344,10 +344,10 @@ def test_a_check_over_the_tolerance_is_measured_again_and_a_wrong_gradient_still
         return float(np.sum(x ** 3)) * (1 + 1e-9 * (len(calls) == 3))
 
     assert grading.gradient_check(glitching, {"x": x}, {"x": 3 * x ** 2})["x"] < 1e-8
-    assert len(calls) == 2 * 2 * x.size  # the glitch put the first pass over 1e-6: it ran a second time
+    assert len(calls) == 2 * 2 * x.size  # the glitch put the first pass over 1e-6: a second one passed
     calls.clear()
     assert grading.gradient_check(glitching, {"x": x}, {"x": 3.01 * x ** 2})["x"] > 1e-3
-    assert len(calls) == 2 * 2 * x.size  # measured twice, over the tolerance both times
+    assert len(calls) == 3 * 2 * x.size  # measured three times, over the tolerance every time
 
 
 def test_references_agree_with_closed_forms():
