@@ -20,9 +20,11 @@ PRESETS: dict[str, TrainConfig] = {
     #           crop+flip, label smoothing 0.1.
     #   Command: make train   (= python -m reluattn train --preset cpu-small, data from RELUATTN_DATA)
     #   Target: >= 65% validation accuracy on CIFAR-10.
-    #   Measured (docs/results.md; 2-core Xeon with AMX, KVM, jax 0.10.2, shared JPEG CIFAR-10 copy, seed 0):
-    #     69.3% validation accuracy, 14 min 10 s wall time for `make train` in a fresh clone (440 images/s);
-    #     softmax under the same budget 65.7%.
+    #   Measured (docs/results.md; shared JPEG CIFAR-10 copy, seed 0, jax 0.10.2):
+    #     current initialisation, 2-core AMD EPYC (KVM), each run on one loaded core: 68.6% validation accuracy
+    #     (softmax under the same budget 63.1%), 1 h 52 min under that load, not timed alone;
+    #     previous (fused qkv) initialisation, 2-core Xeon with AMX (KVM): 69.3% in 14 min 10 s for
+    #     `make train` in a fresh clone (440 images/s), softmax 65.7%.
     "cpu-small": TrainConfig(
         preset="cpu-small",
         model=ViTConfig(dim=128, depth=6, heads=4, mlp_dim=256, patch_size=4, pool="cls",
@@ -118,9 +120,10 @@ PRESETS["long-1025"] = _variant("long-257", "long-1025", attention={"impl": "blo
 # One line per preset for `reluattn train --help` (the comments above hold the details).
 PRESET_SUMMARIES = {
     "cpu-small": "ViT 128x6, 4 heads, patch 4, relu/L, bf16, 8 epochs, batch 128; 2-core CPU, <= 20 min, "
-                 "target >= 65% CIFAR-10 val (measured: 69.3% in 14 min). The `make train` default.",
+                 "target >= 65% CIFAR-10 val (measured: 68.6%; 14 min on a 2-core Xeon before the init fix). "
+                 "The `make train` default.",
     "gpu-tiny": "ViT-Ti/4 (192x12, 3 heads, MLP 768), relu/L, bf16, 100 epochs, batch 256; one GPU "
-                "(measured: 80.1% val in 277 s on one H200).",
+                "(measured before the init fix: 80.1% val in 277 s on one H200).",
     "gpu-long": "ViT 384x8, 6 heads, MLP 1152, relu/L, bf16, 300 epochs, batch 512, mixup+cutmix; one GPU, "
                 "aimed at >= 90% CIFAR-10 (result and runtime: not measured yet).",
     "cpu-small-qknorm": "cpu-small with qk-layernorm on (as in Wortsman et al.'s headline runs); 2-core CPU "
