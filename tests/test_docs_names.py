@@ -79,3 +79,20 @@ def test_the_check_finds_a_stale_name(tmp_path):
                      ("name", "reluattn.jax_backend.attention_layer")}
     assert not resolves("reluattn.presets.PRESETS") and not resolves("reluattn.jax_backend.attention_layer")
     assert resolves("reluattn.training.presets.PRESETS") and resolves("reluattn.jax_backend.apply")
+
+
+SPEC_CITATION = re.compile(r"\bSPEC\b")  # a design file that is not part of the project
+
+
+def project_texts() -> list[Path]:
+    """Every file a reader of the project meets: the documents above, the code, the tests and benchmarks."""
+    code = [p for folder in ("reluattn", "tests", "benchmarks", "docs/_ext")
+            for p in sorted((ROOT / folder).rglob("*.py"))]
+    return [*documents(), *code, ROOT / "Makefile", ROOT / "pyproject.toml"]
+
+
+def test_nothing_cites_a_spec_file_outside_the_project():
+    citing = [str(path.relative_to(ROOT)) for path in project_texts()
+              if path.resolve() != Path(__file__).resolve() and SPEC_CITATION.search(text_of(path))]
+    assert not citing, f"these cite a SPEC file the project does not contain: {citing}"
+    assert SPEC_CITATION.search("shapes per SPEC §3") and not SPEC_CITATION.search("RUN_SPECIFIC_COLUMNS")

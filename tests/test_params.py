@@ -1,4 +1,4 @@
-"""The parameter tree: shapes per SPEC §3, deterministic init, tree helpers, check_params."""
+"""The parameter tree: shapes as docs/api/params.md lists them, deterministic init, tree helpers, check_params."""
 
 import json
 

@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python benchmarks/investigations/train_step_profile.py [--dtype float32|bfloat16] [--kind relu]
 
-The SPEC reference model (ViT 192 wide, 6 deep, 3 heads, MLP 384, patch 4, batch 128): one jitted
+The reference model, config.REFERENCE_VIT (ViT 192 wide, 6 deep, 3 heads, MLP 384, patch 4, batch 128): one jitted
 `make_train_step` (forward, backward, AdamW), traced over --calls calls with jax.profiler as in
 attention_profile.py. Prints the wall time per step; how much of it one, two or no XLA ops were running
 (XLA:CPU runs independent ops side by side on its threads); the XLA op time per step by kind of op; every
@@ -204,7 +204,7 @@ def main(argv=None):
     matmul_ms = sum(ms for name, ms in per_op.items() if name in matmuls)
     running = concurrency(events, args.calls)
     xla_peak, torch_peak = matmul_peak(jnp.dtype(args.dtype)), torch_matmul_peak(args.dtype)
-    print(f"# train step, SPEC reference ViT, batch {args.batch}, {args.kind} attention, {args.dtype} matmuls; "
+    print(f"# train step, reference ViT, batch {args.batch}, {args.kind} attention, {args.dtype} matmuls; "
           f"load average {os.getloadavg()[0]:.2f}")
     print(f"# wall time per step {wall:.1f} ms = {args.batch / wall * 1e3:.0f} images/s = "
           f"{flops / wall / 1e6:.0f} GFLOP/s of model FLOPs ({cfg.flops_per_image() / 1e9:.3f} GFLOP/image)")

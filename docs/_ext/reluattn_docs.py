@@ -15,7 +15,7 @@ from it:
     ```{param-tree}
     ```
         the parameter tree of `reluattn.params.param_shapes`, with every option on (class token, qk-norm,
-        gate, softmax_ln), its shapes in symbols (D, Dh, M, K, T, P*P*C) and for the SPEC reference config
+        gate, softmax_ln), its shapes in symbols (D, Dh, M, K, T, P*P*C) and for the reference model REFERENCE_VIT
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""The JAX backend on its own: SPEC conventions checked directly (patch and token order, derivatives at the
-kinks), bfloat16 compute within its tolerance of float32, NumPy and JAX inputs alike, and the boundary's
-ValueErrors equal to the NumPy backend's. Blocked attention against dense, with gradients, is
+"""The JAX backend on its own: the conventions it shares with the NumPy backend checked directly (patch and token
+order, derivatives at the kinks), bfloat16 compute within its tolerance of float32, NumPy and JAX inputs alike,
+and the boundary's ValueErrors equal to the NumPy backend's. Blocked attention against dense, with gradients, is
 tests/perf/test_blocked_attention_jax.py."""
 
 import jax
@@ -25,7 +25,7 @@ def small_config(**changes):
     return ViTConfig(**{**options, **changes})
 
 
-# ------------------------------------------------------------------------------------- SPEC conventions
+# ------------------------------------------------------------------------------------- the shared conventions
 
 def test_patches_are_row_major_and_flattened_row_column_channel():
     side, patch, channels = 6, 3, 2
