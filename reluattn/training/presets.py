@@ -21,8 +21,8 @@ PRESETS: dict[str, TrainConfig] = {
     #   Command: make train   (= python -m reluattn train --preset cpu-small, data from RELUATTN_DATA)
     #   Target: >= 65% validation accuracy on CIFAR-10.
     #   Measured (docs/results.md; shared JPEG CIFAR-10 copy, seed 0, jax 0.10.2):
-    #     current initialisation, 2-core AMD EPYC (KVM), each run on one loaded core: 68.6% validation accuracy
-    #     (softmax under the same budget 63.1%), 1 h 52 min under that load, not timed alone;
+    #     current initialisation, 2-core AMD EPYC (KVM): 68.1% in 8 min 51 s with the machine to itself
+    #     (722 images/s); on one loaded core 68.6% (softmax under the same budget 63.1%) in 1 h 52 min;
     #     previous (fused qkv) initialisation, 2-core Xeon with AMX (KVM): 69.3% in 14 min 10 s for
     #     `make train` in a fresh clone (440 images/s), softmax 65.7%.
     "cpu-small": TrainConfig(
