@@ -7,27 +7,31 @@ coordinates ("kind", "alpha", "tokens", ...), trained once per seed. A scale set
 
     smoke   a few steps on a few hundred images with a tiny model: for tests and for trying the machinery
             (every experiment in well under a minute per cell);
-    cpu     a 2-core CPU: sized for <= 90 minutes per experiment with 2 seeds, which measured runs do not
-            meet on a 2-core AMD EPYC (arithmetic below);
+    cpu     a 2-core CPU: sized for <= 90 minutes per experiment with 2 seeds; one 2-core AMD EPYC did not
+            meet that, a faster one did (arithmetic below);
     gpu     one GPU: the full 45,000 training images, wider models, longer runs.
 
 CPU budget arithmetic (2-core CPU). The cpu base model is ViT 64 wide, 4 deep, 2 heads, MLP 128, batch 128,
 trained 4 epochs on 20,000 images (625 steps) with 5,000 held out. The grids were first sized from the
 reproduction issue's figure (a 65-token run in about 50 s on a 2-core AMD EPYC) and came out at <= 90 minutes
-per experiment with 2 seeds. MEASURED since (each sweep's results table records every run's wall time): on
-the 2-core AMD EPYC of the first sweeps, a 17-token run (patch 8) takes 64-70 s when the machine is quiet
-(four alpha-sweep runs with nothing else running, start-up included) and 100-540 s while other jobs share the two
-cores; 65-token runs have not been timed on a quiet machine yet. So the issue's figure does not hold here,
-and neither do the budgets below: at ~67 s a run, the 62 17-token runs of alpha-sweep alone take ~70 min.
+per experiment with 2 seeds. MEASURED since (each sweep's results table records every run's wall time), on
+two 2-core "AMD EPYC" KVM guests that differ several-fold in speed, so name the run beside the figure:
+    earlier machine, 2026-11-26 15:22: a 17-token run took 64-70 s with nothing else running (and 100-540 s
+        while other jobs shared the cores); at that rate alpha-sweep's 62 17-token runs alone need ~70 min.
+    later machine, 2026-11-26 21:39-22:21, nothing else running: 65-token cpu runs 36-48 s; scaling 16-20 s,
+        38-46 s and 87-96 s for its three sizes (all 12 runs in 11 min); long-sequence 8-11 s, 18-21 s and
+        115-216 s at 17, 65 and 257 tokens (all 24 runs in 26 min); learned-alpha's six 65-token runs 4 min.
 Per experiment, 2 seeds (runs; the first estimates kept for comparison):
     alpha-sweep      62 cells (6 h x 5 alpha x 2 lengths + softmax x 2) x 2 = 124 runs; first estimate ~85 min
     scaling          3 sizes x 2 kinds x 2 = 12 runs; widths 48/64/96 span ~10x FLOPs per image; ~35 min
+                     (measured 11 min on the later machine)
     qk-norm-and-gate 16 cells + softmax = 17 x 2 = 34 runs; ~37 min
     kv-memory        3 activations x 5 widths (64 ... 1024) x 2 = 30 runs; ~40 min
     long-sequence    4 methods x 3 lengths (17, 65, 257 tokens) x 2 = 24 runs at 3 epochs on 10,000 images;
-                     257 tokens costs ~5x 65; ~60 min
+                     257 tokens costs ~5x 65; ~60 min (measured 26 min on the later machine; 257 tokens cost
+                     ~7x 65 there)
     learned-alpha    3 starts x 2 lengths x 2 = 12 runs; ~10 min (measured: the six 17-token runs took
-                     106-261 s each on the shared EPYC)
+                     106-261 s each on the shared earlier machine, the six 65-token runs 36-48 s on the later one)
 """
 
 from __future__ import annotations
