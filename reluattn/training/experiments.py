@@ -19,7 +19,7 @@ two 2-core "AMD EPYC" KVM guests that differ several-fold in speed, so name the 
     earlier machine, 2026-11-26 15:22: a 17-token run took 64-70 s with nothing else running (and 100-540 s
         while other jobs shared the cores); at that rate alpha-sweep's 62 17-token runs alone need ~70 min.
     later machine, 2026-11-26 21:39-22:21, nothing else running: 65-token cpu runs 36-48 s; scaling 16-20 s,
-        38-46 s and 87-96 s for its three sizes (all 12 runs in 11 min); long-sequence 8-11 s, 18-21 s and
+        38-46 s and 87-97 s for its three sizes (all 12 runs in 11 min); long-sequence 8-11 s, 18-21 s and
         115-216 s at 17, 65 and 257 tokens (all 24 runs in 26 min); learned-alpha's six 65-token runs 4 min.
 Per experiment, 2 seeds (runs; the first estimates kept for comparison):
     alpha-sweep      62 cells (6 h x 5 alpha x 2 lengths + softmax x 2) x 2 = 124 runs; first estimate ~85 min
@@ -29,7 +29,7 @@ Per experiment, 2 seeds (runs; the first estimates kept for comparison):
     kv-memory        3 activations x 5 widths (64 ... 1024) x 2 = 30 runs; ~40 min
     long-sequence    4 methods x 3 lengths (17, 65, 257 tokens) x 2 = 24 runs at 3 epochs on 10,000 images;
                      257 tokens costs ~5x 65; ~60 min (measured 26 min on the later machine; 257 tokens cost
-                     ~7x 65 there)
+                     6-10x 65 there)
     learned-alpha    3 starts x 2 lengths x 2 = 12 runs; ~10 min (measured: the six 17-token runs took
                      106-261 s each on the shared earlier machine, the six 65-token runs 36-48 s on the later one)
 """
