@@ -23,6 +23,8 @@ two 2-core "AMD EPYC" KVM guests that differ several-fold in speed, so name the 
         115-216 s at 17, 65 and 257 tokens (all 24 runs in 26 min); learned-alpha's six 65-token runs 4 min.
 Per experiment, 2 seeds (runs; the first estimates kept for comparison):
     alpha-sweep      62 cells (6 h x 5 alpha x 2 lengths + softmax x 2) x 2 = 124 runs; first estimate ~85 min
+                     (measured on the later machine: 17-token runs 16-21 s, the 62 65-token runs 35-51 s
+                     each, 46 min in all, 2026-11-27; the 17-token half ~20 min at that rate)
     scaling          3 sizes x 2 kinds x 2 = 12 runs; widths 48/64/96 span ~10x FLOPs per image; ~35 min
                      (measured 11 min on the later machine)
     qk-norm-and-gate 16 cells + softmax = 17 x 2 = 34 runs; ~37 min
