@@ -286,7 +286,7 @@ def add_parser(commands) -> None:
                     "results.csv,\nresults.json and a figure into --out. Rerunning skips finished cells and "
                     "resumes a killed one.",
         epilog="experiments:\n" + "\n".join(lines) + "\n\nscales: smoke (a few steps, tiny model: tests), cpu (ViT 64x4, 4 epochs on 20,000 "
-               "images; 16-70 s per 17-token run and 35-58 s per 65-token run on 2-core AMD EPYCs), gpu (one GPU)\n\nexample: reluattn sweep alpha-sweep --scale cpu "
+               "images; 16-70 s per 17-token run and 34-58 s per 65-token run on idle 2-core AMD EPYCs), gpu (one GPU)\n\nexample: reluattn sweep alpha-sweep --scale cpu "
                "--seeds 2 --data cifar10-train.zip --out sweeps/alpha-sweep")
     p.add_argument("experiment", choices=sorted(EXPERIMENTS), metavar="EXPERIMENT",
                    help=f"one of {', '.join(EXPERIMENTS)}")
