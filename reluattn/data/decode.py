@@ -94,12 +94,28 @@ def _to_rgb(image: Image.Image, what: str) -> np.ndarray:
     return np.asarray(rgb, dtype=np.uint8)  # (H, W, C)
 
 
+# The only formats the loader reads, told apart by their first bytes (not by the file name). Pillow is
+# asked for these plugins alone: left to guess, it would hand an "image" holding PostScript to Ghostscript
+# (its EPS plugin), and TIFF, JPEG 2000, PSD, FITS and other decoders would be reachable the same way.
+IMAGE_SIGNATURES = {"PNG": b"\x89PNG\r\n\x1a\n", "JPEG": b"\xff\xd8\xff"}
+
+
+def image_format(data: bytes, what: str) -> str:
+    """"PNG" or "JPEG" from the file's first bytes; any other content is a DataError naming the file."""
+    for name, signature in IMAGE_SIGNATURES.items():
+        if data.startswith(signature):
+            return name
+    raise DataError(f"{what} is neither a PNG nor a JPEG file by its content (it starts with {data[:8]!r}); "
+                    f"reluattn reads only PNG and JPEG images: remove it or convert it")
+
+
 def decode_image(data: bytes, member: str, source: str, side_limit: int | None = None) -> np.ndarray:
-    """One JPEG/PNG file's bytes -> (H, W, 3) uint8 RGB; an unreadable, oversized or non-square file is a
-    DataError naming it."""
+    """One JPEG/PNG file's bytes -> (H, W, 3) uint8 RGB; an unreadable, oversized or non-square file, or
+    one whose content is another format, is a DataError naming it."""
     what = f"image {member} in {source}"
+    formats = (image_format(data, what),)  # Pillow may use this one plugin and no other
     try:
-        with Image.open(io.BytesIO(data)) as image:
+        with Image.open(io.BytesIO(data), formats=formats) as image:
             check_image_size(what, *image.size, side_limit)  # from the header, before decoding a pixel
             image.load()
             pixels = _to_rgb(image, what)  # (H, W, C)
