@@ -105,6 +105,8 @@ def _train_parser(commands) -> argparse.ArgumentParser:
                    "else download CIFAR)")
     g.add_argument("--dataset", choices=DATASETS, help="dataset kind (default: detected from --data)")
     g.add_argument("--val-split", type=int, help="training images held out for validation (0: use 'test')")
+    g.add_argument("--test-split", type=int, help="training images held out as a test split that no choice is "
+                   "made on, scored once at the end (for data without a test split; 0: none)")
     g.add_argument("--subset", type=int, help="train on only this many images (quick runs)")
     g.add_argument("--image-size", type=int, metavar="N",
                    help="upsample the images to N x N (nearest neighbour, a whole multiple of the stored size) "
@@ -225,7 +227,7 @@ def train_config_from_args(args, base):
         top.update(steps=args.steps, epochs=None)
     if args.backend == "numpy" and args.compute_dtype is None:
         top["compute_dtype"] = "float32"  # the NumPy backend computes in the parameters' dtype; no bfloat16
-    for name in ("batch_size", "seed", "data_seed", "dataset", "val_split", "subset", "eval_every",
+    for name in ("batch_size", "seed", "data_seed", "dataset", "val_split", "test_split", "subset", "eval_every",
                  "checkpoint_every", "log_every", "keep_checkpoints", "label_smoothing", "compute_dtype",
                  "backend", "fast", "image_size"):
         if getattr(args, name) is not None:

@@ -69,6 +69,8 @@ class TrainConfig(_JsonConfig):
     data_seed: int = 0                 # which images are held out / kept by --subset (fixed across seeds)
     dataset: str | None = None         # "cifar10", "cifar100", "folder"; None: detect from --data
     val_split: int = 5000              # training images held out for validation; 0: validate on "test"
+    test_split: int = 0                # training images held out as a test split that no choice is made on
+                                       # (for data without a test split of its own); scored once, at the end
     subset: int | None = None          # keep only this many training images (quick runs)
     eval_every: int | None = None      # validate every this many steps; None: at the end of each epoch
     checkpoint_every: int | None = None  # checkpoint every this many steps; None: at the end of each epoch
@@ -111,6 +113,10 @@ class TrainConfig(_JsonConfig):
         if self.dataset is not None:
             _check_choice(owner, "dataset", self.dataset, DATASETS)
         _check_int(owner, "val_split", self.val_split, minimum=0)
+        _check_int(owner, "test_split", self.test_split, minimum=0)
+        if self.test_split and not self.val_split:
+            raise ValueError(f"{owner}.test_split needs a validation split (val_split > 0): the test images are "
+                             f"carved from the training images, and nothing may be chosen on them")
         for name in ("subset", "eval_every", "checkpoint_every"):
             if getattr(self, name) is not None:
                 _check_int(owner, name, getattr(self, name))

@@ -293,6 +293,15 @@ class _Loop:
                                                state, keep=self.config.keep_checkpoints)
         self.interval_start = time.perf_counter()
 
+    def score_test(self) -> dict:
+        """The final parameters on the held-out test split (--test-split), once; {} when there is none.
+        Nothing is chosen on it: the parameters scored are the run's last, whatever validation said."""
+        test = self.run_data.test
+        if test is None:
+            return {}
+        result = self.engine.evaluate(test.images, test.labels)
+        return {"test_accuracy": result["accuracy"], "test_loss": result["loss"], "num_test": result["n"]}
+
     def images_per_s(self) -> float | None:
         return self.timed_images / self.timed_seconds if self.timed_seconds > 0 else None
 
@@ -313,8 +322,11 @@ class _Loop:
         line = _summary(self.config, self.run_dir, total, total, self.history, self.elapsed(), self.images_per_s(),
                         "done")
         best, final = _best_and_final(self.history)
+        test = self.score_test()
+        if test:
+            line += f"; test accuracy {test['test_accuracy']:.4f} on {test['num_test']} held-out images"
         flops_per_image = self.config.model.flops_per_image()
-        write_summary(self.run_dir, {
+        write_summary(self.run_dir, {**test,
             "flops_per_image": flops_per_image, "train_flops": flops_per_image * self.config.batch_size * total,
             "device": self.engine.device_description,
             "steps": total, "best_val_accuracy": best, "final_val_accuracy": final,

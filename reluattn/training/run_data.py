@@ -1,8 +1,13 @@
 """The images a run trains and validates on, chosen from its TrainConfig the same way every time.
 
-    training split -> hold out `val_split` images for validation (fixed by `data_seed`)
+    training split -> hold out `test_split` images as the held-out test split, if asked (fixed by `data_seed`)
+                   -> hold out `val_split` of the rest for validation (fixed by `data_seed`)
                    -> keep `subset` of the rest, if asked (also fixed by `data_seed`)
     validation     =  the held-out images, or the dataset's "test" split when val_split is 0
+    test           =  the `test_split` images: scored once, at the end of the run; no choice is made on them
+
+The test images are carved first, so every run of one dataset and `data_seed` shares them whatever its
+validation size; with `test_split` 0 the validation images are the same as before the option existed.
 
 `evaluate` and `attention` rebuild the same "val" split from a checkpoint's config, so a run's held-out
 images can be scored again later. With `image_size` set (`--image-size`), every split is upsampled to it by
@@ -29,6 +34,7 @@ class RunData:
     train: object          # reluattn.data.Dataset: images (N, S, S, C) uint8, labels (N,) int32
     validation: object     # the same, or None when there is nothing to validate on
     description: dict      # what a checkpoint records about the data (JSON)
+    test: object = None    # the held-out test split (`test_split` images), or None
 
 
 def available_splits(data, dataset: str | None) -> tuple[str, ...]:
@@ -91,10 +97,22 @@ def _upsampled(dataset, size: int | None):
     return dataclasses.replace(dataset, images=upsample_images(dataset.images, size))
 
 
+def carve_held_out(full, config: TrainConfig, path) -> tuple:
+    """(rest, test) of a dataset's training split: the `test_split` images held out first (None when 0)."""
+    if not config.test_split:
+        return full, None
+    if "test" in available_splits(path, config.dataset):
+        raise DataError(f"{path} has a test split of its own: use it (evaluate --split test) instead of "
+                        f"--test-split, which carves one out of training images")
+    rest, test = split_validation(full, config.test_split, config.data_seed)
+    return rest, dataclasses.replace(test, source=test.source.replace("for validation", "as the test split"))
+
+
 def load_run_data(config: TrainConfig, data=None, *, progress: bool = True) -> RunData:
-    """Training and validation images for `config` (not yet resolved: any preset or saved config)."""
+    """Training, validation and held-out test images for `config` (not yet resolved: any preset or saved
+    config)."""
     path = data_source(data)
-    full = load_dataset(path, "train", dataset=config.dataset, progress=progress)
+    full, test = carve_held_out(load_dataset(path, "train", dataset=config.dataset, progress=progress), config, path)
     if config.val_split > 0:
         train, validation = split_validation(full, config.val_split, config.data_seed)
         validation_split = "val"
@@ -108,6 +126,7 @@ def load_run_data(config: TrainConfig, data=None, *, progress: bool = True) -> R
     stored_size, _, channels = train.images.shape[1:]
     mean, std = channel_statistics(train.images)  # nearest-neighbour upsampling leaves them exactly as they are
     train, validation = _upsampled(train, config.image_size), _upsampled(validation, config.image_size)
+    test = _upsampled(test, config.image_size)
     image_size = train.images.shape[1]
     description = {
         "path": path,                       # None: the downloaded CIFAR archive
@@ -120,27 +139,30 @@ def load_run_data(config: TrainConfig, data=None, *, progress: bool = True) -> R
         "num_train": len(train),
         "num_validation": 0 if validation is None else len(validation),
         "validation_split": validation_split,
+        "num_test": 0 if test is None else len(test),  # the held-out test split (--test-split)
         "mean": mean,                       # per channel, of pixel / 255: what normalisation subtracts
         "std": std,                         # and divides by (training and evaluation alike)
         "fingerprint": data_fingerprint(train, validation),  # what --resume checks it continues on
     }
-    return RunData(train, validation, description)
+    return RunData(train, validation, description, test)
 
 
 def load_split(config: TrainConfig, description: dict, data, split: str | None, *, progress: bool = True):
     """(images, labels, split name) of one split, for evaluating a run's checkpoint.
 
-    `split` None means "test" when the dataset has one, else "val" (the run's held-out images)."""
+    `split` None means "test" when the dataset has one or the run held one out, else "val" (the run's
+    validation images)."""
     path = data_source(data) or description.get("path")
     splits = available_splits(path, config.dataset)
     if split is None:
-        split = "test" if "test" in splits else "val"
-    if split == "val":
-        if config.val_split == 0:
+        split = "test" if "test" in splits or config.test_split else "val"
+    if split == "val" or (split == "test" and config.test_split):
+        if split == "val" and config.val_split == 0:
             raise DataError(f"this run held out no validation images (val_split 0); choose --split from "
                             f"{', '.join(splits)}")
-        full = load_dataset(path, "train", dataset=config.dataset, progress=progress)
-        dataset = split_validation(full, config.val_split, config.data_seed)[1]
+        rest, test = carve_held_out(load_dataset(path, "train", dataset=config.dataset, progress=progress),
+                                    config, path)
+        dataset = test if split == "test" else split_validation(rest, config.val_split, config.data_seed)[1]
     else:
         if split not in splits:
             raise DataError(f"{path} has no split {split!r}; choose --split from {', '.join(splits + ('val',))}")
