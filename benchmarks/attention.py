@@ -35,7 +35,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from reluattn.training.sweep import cpu_model
+from reluattn.machine import cpu_model
 
 from timing import time_calls, timed
 

@@ -264,7 +264,7 @@ def main(argv=None):
         workers[backend] = subprocess.Popen([sys.executable, os.path.abspath(__file__), *forwarded, "--worker", backend],
                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         about[backend] = json.loads(workers[backend].stdout.readline())["about"]
-    from reluattn.training.sweep import cpu_model
+    from reluattn.machine import cpu_model
     model = cpu_model()
     base = reference_config(args)
     print(f"# {model}, {usable_cores()} cores usable; {platform.system()} {platform.release()}, Python {platform.python_version()}")

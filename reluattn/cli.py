@@ -148,8 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("runs", nargs="+", metavar="RUN_DIR")
     p.add_argument("--output", default="curves.png", help="PNG to write (default: curves.png)")
 
-    from .training import sweep
-    sweep.add_parser(commands)
+    _sweep_parser(commands)
 
     p = commands.add_parser("attention", help="attention maps of one image, PNG")
     p.add_argument("--checkpoint", required=True, help="a run directory (its latest checkpoint) or a checkpoint")
@@ -298,9 +297,59 @@ def _command_attention(args) -> int:
     return 0
 
 
+def _sweep_parser(commands) -> None:
+    from .study.experiments import EXPERIMENTS, SCALES
+    lines = [f"  {name}: {e.summary}" for name, e in EXPERIMENTS.items()]
+    p = commands.add_parser(
+        "sweep", help="train an experiment's grid (resumable) and report it",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Train every cell of a named experiment once per seed, one run directory each, then write "
+                    "results.csv,\nresults.json and a figure into --out. Rerunning skips finished cells and "
+                    "resumes a killed one.",
+        epilog="experiments:\n" + "\n".join(lines) + "\n\nscales: smoke (a few steps, tiny model: tests); pilot "
+               "(the first study: ViT 64x4, 4 epochs on 20,000 images, 2 seeds; 16-70 s per 17-token run and "
+               "34-58 s per 65-token run on idle 2-core AMD EPYCs); cpu (the main study: ViT 64x4, 10 epochs on "
+               "40,000 images, a held-out test split, each kind at its lr-grid learning rate, 3 seeds, 5 for "
+               "relu / L vs softmax); gpu (one GPU)\n\nexample: reluattn sweep alpha-sweep --scale cpu "
+               "--data cifar10-train.zip --out sweeps/alpha-sweep")
+    p.add_argument("experiment", choices=sorted(EXPERIMENTS), metavar="EXPERIMENT",
+                   help=f"one of {', '.join(EXPERIMENTS)}")
+    p.add_argument("--scale", default="cpu", choices=SCALES, help="the grid's budget (default: cpu)")
+    p.add_argument("--seeds", type=int, help="runs per cell, seeds 0..N-1 (default: the scale's, 3 at cpu; "
+                   "relu / L-vs-softmax cells get at least 5 there)")
+    p.add_argument("--out", help="the sweep folder (default: sweeps/<experiment>-<scale>)")
+    p.add_argument("--data", help="the dataset, as for `reluattn train` (default: $RELUATTN_DATA)")
+    p.add_argument("--cells", nargs="+", metavar="GLOB", help="run only the cells matching these shell-style patterns "
+                   "(e.g. t17-* for the 17-token cells; see --list)")
+    p.add_argument("--report", action="store_true", help="only rebuild the report from the run directories")
+    p.add_argument("--list", action="store_true", help="only print the cells and their train commands")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (log lines only)")
+
+
 def _command_sweep(args) -> int:
-    from .training import sweep
-    return sweep.command(args, args.data)
+    from pathlib import Path
+    from .study.experiments import DEFAULT_SEEDS, train_arguments
+    from .study.sweep import run_sweep, select_cells
+    out = Path(args.out or os.path.join("sweeps", f"{args.experiment}-{args.scale}"))
+    if args.list:
+        for cell in select_cells(args.experiment, args.scale, args.cells):
+            print(f"{cell.name}: reluattn train {' '.join(train_arguments(cell, 0))}")
+        return 0
+    if args.report:
+        from .study.report import write_report
+        from .study.verdicts import describe
+        if not out.is_dir():
+            raise ValueError(f"{out} is not a sweep folder; pass the --out of the sweep")
+        paths = write_report(args.experiment, out, scale=args.scale)
+        print(f"wrote {paths['table']}, {paths['json']}, {paths['figure']}")
+        for entry in paths["comparisons"]:
+            print(describe(entry))
+        for claim in paths["claims"]:
+            print(f"claim \"{claim['quote']}\" ({claim['source']}): {claim['verdict']}")
+        return 0
+    counts = run_sweep(args.experiment, scale=args.scale, seeds=args.seeds or DEFAULT_SEEDS[args.scale], out=out,
+                       data=args.data, cells=args.cells, progress=not args.no_progress)
+    return 1 if counts["failed"] else 0
 
 
 COMMANDS = {"train": _command_train, "evaluate": _command_evaluate, "plot": _command_plot,

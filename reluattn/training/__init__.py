@@ -17,10 +17,9 @@
     attention_statistics.py  the attention statistics of every validation record (NumPy, from weights)
     fewshot.py     the few-shot ridge probe on the pre-logits (`evaluate --fewshot K`)
     plots.py       training curves and attention-map figures
-    experiments.py the reproduction study's named grids of runs (`reluattn sweep EXPERIMENT`)
-    sweep.py       running a grid, resumably, one `reluattn train` process per cell and seed
-    report.py      a sweep's table (CSV, JSON) from its run directories; report_figures.py its figures;
-                   seed_statistics.py means and spreads over seeds, and the test behind the verdicts
+
+The reproduction study (`reluattn sweep`) is its own package, reluattn.study, which drives this one only
+through the `reluattn train` command and the files of its run folders.
 
 Importing this package (or loop.py) does not import JAX; `train()` does, when it starts.
 """

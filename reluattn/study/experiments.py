@@ -1,0 +1,102 @@
+"""The reproduction study's experiments: one record per experiment holding the papers' sentences it tests,
+its grid of `reluattn train` runs, the comparisons planned for each sentence (with their margins) and its
+figure. The grids and comparisons themselves are in grids.py, the records in records.py.
+
+    reluattn sweep alpha-sweep --scale cpu --seeds 3 --data PATH --out sweeps/alpha-sweep
+
+A cell is one model/recipe (a set of `reluattn train` flags) and its grid coordinates ("kind", "alpha",
+"tokens", ...), trained once per seed. A scale sets what every cell shares:
+
+    smoke   a few steps on a few hundred images with a tiny model: for tests and for trying the machinery.
+    pilot   the first study (2026-11-26/27): ViT 64 wide, 4 deep, 4 epochs on 20,000 images, 5,000 held out
+            for validation, lr 2e-3 for every kind, 2 seeds; 236 runs, kept in docs/run-logs/pilot/. Too small
+            a budget for the question (the models are still learning fast at the end), kept as a pilot.
+    cpu     the main study on a 2-core CPU: the same ViT 64 x 4, 10 epochs on the 40,000 training images left
+            after holding out 5,000 for validation and 5,000 as a test split nothing is chosen on; each
+            attention kind at its own learning rate (LEARNING_RATES, chosen on validation by the lr-grid
+            experiment); 3 seeds per cell, 5 for every relu / L-vs-softmax cell. Estimated from the pilot's
+            measured speed (a 64x4 run at 65 tokens, 625 steps, took 35-51 s on a quiet 2-core AMD EPYC):
+            3,125 steps, about 3-4 min at 65 tokens and 1-1.5 min at 17 tokens per run.
+    gpu     one GPU: the full training split, wider models, longer runs (not run: no GPU was lent).
+
+Margins of the equivalence tests ("matches", "equivalent") are fixed here, in accuracy points, before any
+run of the scale they judge; the pilot's were written after its runs were seen (say so when quoting them).
+"""
+
+from __future__ import annotations
+
+from .grids import EXPERIMENT_LIST
+from .records import DEFAULT_SEEDS, HEADLINE_SEEDS, SCALES, Cell, Planned
+
+# Flags every cell of a scale shares (a cell's own flags override them).
+SCALE_FLAGS = {
+    "smoke": {"--subset": 256, "--val-split": 128, "--steps": 3, "--warmup-steps": 0, "--batch-size": 32,
+              "--dim": 16, "--depth": 1, "--heads": 2, "--mlp-dim": 32, "--compute-dtype": "float32",
+              "--log-every": 1, "--checkpoint-every": 1},
+    "pilot": {"--subset": 20000, "--val-split": 5000, "--epochs": 4, "--warmup-epochs": 0.5, "--batch-size": 128,
+              "--dim": 64, "--depth": 4, "--heads": 2, "--mlp-dim": 128, "--compute-dtype": "bfloat16",
+              "--label-smoothing": 0.1, "--lr": 2e-3},
+    "cpu": {"--val-split": 5000, "--test-split": 5000, "--epochs": 10, "--warmup-epochs": 0.5,
+            "--batch-size": 128, "--dim": 64, "--depth": 4, "--heads": 2, "--mlp-dim": 128,
+            "--compute-dtype": "bfloat16", "--label-smoothing": 0.1, "--lr": 2e-3},
+    "gpu": {"--val-split": 5000, "--test-split": 5000, "--epochs": 50, "--warmup-epochs": 2.0, "--batch-size": 256,
+            "--dim": 192, "--depth": 6, "--heads": 3, "--mlp-dim": 384, "--compute-dtype": "bfloat16",
+            "--label-smoothing": 0.1, "--lr": 1e-3},
+}
+# Every cell runs through the same preset, so a preset's later change moves no sweep silently.
+BASE_PRESET = "cpu-small"
+FEWSHOT_SHOTS = 10  # shots per class of the linear probe, as Wortsman et al.'s 10-shot transfer
+# Each attention kind's peak learning rate at the cpu scale, chosen on validation accuracy by the lr-grid
+# experiment (17 tokens, 1e-3 / 2e-3 / 4e-3). None until that experiment has run: the kind then uses the
+# scale's --lr, and `reluattn sweep --list` shows it.
+LEARNING_RATES: dict[str, float | None] = {}
+
+EXPERIMENTS = {e.name: e for e in EXPERIMENT_LIST}
+
+
+def cells_of(experiment: str, scale: str) -> list[Cell]:
+    """The cells of `experiment` at `scale`, each with the scale's shared flags under its own."""
+    if experiment not in EXPERIMENTS:
+        raise ValueError(f"unknown experiment {experiment!r}; choose one of {', '.join(EXPERIMENTS)}")
+    if scale not in SCALES:
+        raise ValueError(f"unknown scale {scale!r}; choose one of {', '.join(SCALES)}")
+    cells = EXPERIMENTS[experiment].grid(scale)
+    names = [cell.name for cell in cells]
+    assert len(names) == len(set(names)), f"{experiment}: duplicate cell names"
+    return [Cell(cell.name, cell.labels, {**SCALE_FLAGS[scale], **_learning_rate(cell, scale), **cell.flags},
+                 cell.seeds) for cell in cells]
+
+
+def value_column(scale: str) -> str:
+    """The accuracy a scale's verdicts rest on: the held-out test split's where the scale carves one (nothing
+    is chosen on it), else the best validation accuracy (the pilot, smoke)."""
+    return "test_accuracy" if "--test-split" in SCALE_FLAGS[scale] else "best_val_accuracy"
+
+
+def _learning_rate(cell: Cell, scale: str) -> dict:
+    """The kind's chosen learning rate at the cpu scale (cells that set --lr themselves keep theirs)."""
+    kind = cell.flags.get("--attention")
+    if scale != "cpu" or "--lr" in cell.flags or LEARNING_RATES.get(kind) is None:
+        return {}
+    return {"--lr": LEARNING_RATES[kind]}
+
+
+def planned_comparisons(experiment: str, scale: str) -> list[tuple[int, Planned]]:
+    """(claim index, Planned) for every comparison of `experiment` at `scale`, each naming cells of its grid."""
+    names = {cell.name for cell in cells_of(experiment, scale)}
+    planned = [(index, p) for index, claim in enumerate(EXPERIMENTS[experiment].claims)
+               for p in claim.planned(scale)]
+    missing = {cell for _, p in planned for cell in (*p.a, *p.b)} - names
+    assert not missing, f"{experiment}: comparisons name cells not in the grid: {sorted(missing)}"
+    return planned
+
+
+def train_arguments(cell: Cell, seed: int) -> list[str]:
+    """The `reluattn train` arguments of one cell and seed (without --out, --data, --resume)."""
+    arguments = ["--preset", BASE_PRESET, "--seed", str(seed), "--no-progress"]
+    for flag, value in cell.flags.items():
+        if value is True:
+            arguments.append(flag)
+        elif value is not None and value is not False:
+            arguments += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+    return arguments

@@ -1,0 +1,151 @@
+"""Each planned comparison of an experiment, tested on its runs, and the verdict on each claim.
+
+    reluattn sweep EXPERIMENT --report --out DIR     prints them and writes them into results.json
+
+The test (statistics.py): the seed-to-seed spread is pooled over every cell of the experiment, a comparison
+"b minus a" gets a pooled t-test (or two one-sided tests for "matches"/"equivalent" claims, against the margin
+written with the grid), and the p-values of all the experiment's planned comparisons form one family,
+Holm-corrected at 5 %. What each comparison says of its claim:
+
+    expect b>a    supports when b is resolvably ahead; contradicts when resolvably behind
+    expect b>=a   contradicts when b is resolvably behind; otherwise consistent (supports when ahead)
+    expect equal  supports when equivalence within the margin is shown; contradicts when the 95 % interval
+                  of the difference lies wholly outside the margin
+
+and a claim's verdict follows its rule: "all" (agrees when every comparison supports, partly agrees when
+some support and none contradict, disagrees when some contradict and none support), "most" (the paper says "typically": agrees when at most a quarter contradict,
+disagrees when more than half do), "none-best" (agrees unless one cell is resolvably ahead of every other
+of its length). Anything else is "inconclusive"; a claim whose setting the grid does not reach is "not
+tested in the paper's setting" whatever its comparisons say.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .experiments import EXPERIMENTS, planned_comparisons, value_column
+from .statistics import aggregate, contrast, holm, holm_adjusted, pooled_spread, slope
+
+LEVEL = 0.95
+
+
+def _flops(rows: list[dict], cell: str) -> float | None:
+    values = [float(r["train_flops"]) for r in rows if r.get("cell") == cell and r.get("train_flops")]
+    return sum(values) / len(values) if values else None
+
+
+def _test(planned, cells, rows, sd, df):
+    """The Comparison of one planned comparison (pooled spread), or None when a cell has no runs."""
+    if any(name not in cells for name in (*planned.a, *planned.b)):
+        return None
+    if planned.kind == "slope":
+        pairs = [(math.log10(_flops(rows, b)), cells[a]["values"], cells[b]["values"])
+                 for a, b in zip(planned.a, planned.b)]
+        return slope(pairs, pooled_sd=sd, pooled_df=df, margin=planned.margin, level=LEVEL)
+    return contrast([cells[a]["values"] for a in planned.a], [cells[b]["values"] for b in planned.b],
+                    pooled_sd=sd, pooled_df=df, margin=planned.margin, level=LEVEL)
+
+
+def _reading(planned, result, rejected: bool) -> str:
+    """supports / contradicts / consistent / unresolved, after the Holm correction."""
+    if planned.expect == "equal":
+        if rejected:
+            return "supports"
+        low, high = contrast_interval(result)
+        return "contradicts" if low > planned.margin or high < -planned.margin else "unresolved"
+    if rejected:
+        return "supports" if result.difference > 0 else "contradicts"
+    return "consistent" if planned.expect == "b>=a" else "unresolved"
+
+
+def contrast_interval(result) -> tuple:
+    """The 95 % two-sided interval of a result (an equivalence result carries its 90 % one)."""
+    if result.margin is None:
+        return result.ci
+    from scipy import stats
+    half = float(stats.t.ppf(0.5 + LEVEL / 2, result.df)) * result.standard_error
+    return (result.difference - half, result.difference + half)
+
+
+def _verdict(claim, readings: list[str], planned: list) -> str:
+    if not readings:
+        return "no runs yet"
+    supports, contradicts = readings.count("supports"), readings.count("contradicts")
+    if claim.rule == "none-best":
+        verdict = "disagrees" if _clear_best(planned, readings) else "agrees"
+    elif claim.rule == "most":
+        verdict = ("agrees" if contradicts <= len(readings) / 4 else
+                   "disagrees" if contradicts > len(readings) / 2 else "inconclusive")
+    elif contradicts and not supports:
+        verdict = "disagrees"
+    elif supports == len(readings):
+        verdict = "equivalent within margin" if planned[0].expect == "equal" else "agrees"
+    elif supports and not contradicts:
+        verdict = f"partly agrees ({supports} of {len(readings)}; none contradicts)"
+    else:
+        verdict = "inconclusive"
+    return f"not tested in the paper's setting ({verdict} as run)" if claim.scope.startswith("not tested") else verdict
+
+
+def _clear_best(planned: list, readings: list[str]) -> bool:
+    """Whether some cell is resolvably ahead of every other cell it was compared with."""
+    wins, opponents = {}, {}
+    for p, reading in zip(planned, readings):
+        for me, other in ((p.a[0], p.b[0]), (p.b[0], p.a[0])):
+            opponents.setdefault(me, set()).add(other)
+        if reading in ("supports", "contradicts"):
+            winner = p.b[0] if reading == "supports" else p.a[0]
+            wins.setdefault(winner, set()).add(p.a[0] if winner == p.b[0] else p.b[0])
+    return any(wins.get(cell, set()) == others for cell, others in opponents.items())
+
+
+def judge(experiment: str, rows: list[dict], scale: str) -> dict:
+    """{"value", "pooled_sd", "pooled_df", "comparisons": [...], "claims": [...]} for `experiment`'s runs."""
+    value = value_column(scale)
+    cells = aggregate(rows, value)
+    sd, df = pooled_spread([cell["values"] for cell in cells.values()])
+    planned = planned_comparisons(experiment, scale)
+    results = []
+    for claim_index, p in planned:
+        entry = {"claim": claim_index, "question": p.question, "a": list(p.a), "b": list(p.b), "expect": p.expect,
+                 "margin": p.margin, "kind": p.kind}
+        missing = [name for name in (*p.a, *p.b) if name not in cells]
+        result = _test(p, cells, rows, sd, df) if sd is not None and not missing else None
+        if result is None:
+            entry["missing"] = missing or ["a spread: every cell has one seed"]
+        else:
+            entry.update(result.to_dict(), seeds=[cells[name]["n"] for name in (*p.a, *p.b)])
+        results.append(entry)
+    tested = [r for r in results if "missing" not in r]
+    for entry, rejected, adjusted in zip(tested, holm([r["p_value"] for r in tested], 1 - LEVEL),
+                                         holm_adjusted([r["p_value"] for r in tested])):
+        entry["p_holm"], entry["rejected"] = adjusted, rejected
+    claims = []
+    for index, claim in enumerate(EXPERIMENTS[experiment].claims):
+        mine = [(p, r) for (i, p), r in zip(planned, results) if i == index and "missing" not in r]
+        readings = [_reading(p, _as_result(r), r["rejected"]) for p, r in mine]
+        for (_, r), reading in zip(mine, readings):
+            r["reading"] = reading
+        claims.append({"quote": claim.quote, "source": claim.source, "rule": claim.rule, "scope": claim.scope,
+                       "tested": len(readings), "planned": sum(1 for i, _ in planned if i == index),
+                       "supports": readings.count("supports"), "contradicts": readings.count("contradicts"),
+                       "verdict": _verdict(claim, readings, [p for p, _ in mine])})
+    return {"value": value, "pooled_sd": sd, "pooled_df": df, "level": LEVEL, "comparisons": results,
+            "claims": claims}
+
+
+def _as_result(entry: dict):
+    from .statistics import Comparison
+    return Comparison(entry["difference"], tuple(entry["ci"]), entry["p_value"], entry["resolved"],
+                      entry["standard_error"], entry["df"], tuple(entry["n"]), entry["margin"])
+
+
+def describe(entry: dict) -> str:
+    """One line per comparison, in accuracy points: difference, 95 % interval, Holm-adjusted p, reading."""
+    if "missing" in entry:
+        return f"{entry['question']}: not tested (no runs of {', '.join(entry['missing'])})"
+    low, high = contrast_interval(_as_result(entry))
+    margin = f", margin {100 * entry['margin']:g}" if entry.get("margin") else ""
+    return (f"{entry['question']}: {100 * entry['difference']:+.2f} points (95% CI {100 * low:+.2f} to "
+            f"{100 * high:+.2f}{margin}; p {entry['p_value']:.3g}, Holm {entry['p_holm']:.3g}; seeds "
+            f"{'/'.join(str(n) for n in entry['seeds'])}): {entry.get('reading', '')}")

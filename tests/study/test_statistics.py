@@ -1,0 +1,125 @@
+"""The study's tests: calibrated on null data (a difference that is not there is reported at most 5 % of the
+time, within Monte-Carlo error), checked against scipy's own t-tests, and the old "2 standard errors" rule
+shown to fail the same calibration."""
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from reluattn.study import compare, equivalent, holm
+from reluattn.study.statistics import holm_adjusted, pooled_spread, power
+
+SIMULATIONS = 4000
+# The false-positive rate may exceed 5 % by three Monte-Carlo standard errors at most (0.0034 at 4,000 draws).
+TOLERANCE = 3 * math.sqrt(0.05 * 0.95 / SIMULATIONS)
+CELLS = 10  # cells of a simulated experiment, for the pooled spread
+
+
+def old_two_standard_error_rule(a, b) -> bool:
+    """The rule the study used before: |difference| > 2 Welch standard errors."""
+    error = math.sqrt(np.var(a, ddof=1) / len(a) + np.var(b, ddof=1) / len(b))
+    return abs(np.mean(b) - np.mean(a)) > 2 * error
+
+
+def null_rate(n: int, pooled: bool, rule=None, spreads=(1.0, 1.0), seed=0) -> float:
+    """How often a test resolves a difference between two cells of n seeds with equal means."""
+    rng = np.random.default_rng([seed, n, pooled])
+    hits = 0
+    for _ in range(SIMULATIONS):
+        cells = rng.normal(0.0, 1.0, (CELLS, n))  # (cells, seeds): one experiment's grid under the null
+        a, b = cells[0] * spreads[0], cells[1] * spreads[1]
+        if rule is not None:
+            hits += rule(a, b)
+        elif pooled:
+            sd, df = pooled_spread([a, b, *cells[2:]])
+            hits += compare(a, b, pooled_sd=sd, pooled_df=df).resolved
+        else:
+            hits += compare(a, b).resolved
+    return hits / SIMULATIONS
+
+
+@pytest.mark.parametrize("n", [2, 3, 5])
+@pytest.mark.parametrize("pooled", [False, True], ids=["welch", "pooled"])
+def test_false_positive_rate_is_at_most_five_percent(n, pooled):
+    rate = null_rate(n, pooled)
+    assert rate <= 0.05 + TOLERANCE, f"n={n}, pooled={pooled}: {rate:.3f} of null comparisons resolved"
+    if pooled:  # exact under the null: not merely conservative
+        assert rate >= 0.05 - TOLERANCE
+
+
+@pytest.mark.parametrize("spreads", [(1.0, 2.0), (1.0, 4.0)])
+def test_welch_stays_calibrated_when_the_spreads_differ(spreads):
+    assert null_rate(3, pooled=False, spreads=spreads) <= 0.05 + TOLERANCE
+
+
+@pytest.mark.parametrize("n, at_least", [(2, 0.15), (3, 0.09)])
+def test_the_old_two_standard_error_rule_fails_the_calibration(n, at_least):
+    rate = null_rate(n, pooled=False, rule=old_two_standard_error_rule)
+    assert rate > 0.05 + TOLERANCE and rate >= at_least, f"old rule at n={n}: {rate:.3f}"
+
+
+def test_welch_and_pooled_match_scipy():
+    a, b = [0.41, 0.44, 0.43], [0.47, 0.45, 0.49, 0.50]
+    welch = compare(a, b)
+    reference = stats.ttest_ind(b, a, equal_var=False)
+    assert welch.difference == pytest.approx(np.mean(b) - np.mean(a))
+    assert welch.p_value == pytest.approx(reference.pvalue, rel=1e-10)
+    low, high = reference.confidence_interval(0.95)
+    assert welch.ci == pytest.approx((low, high), rel=1e-9)
+    sd, df = pooled_spread([a, b])
+    pooled = compare(a, b, pooled_sd=sd, pooled_df=df)
+    assert pooled.p_value == pytest.approx(stats.ttest_ind(b, a, equal_var=True).pvalue, rel=1e-10)
+    assert pooled.resolved == (pooled.p_value < 0.05) and pooled.ci[0] < pooled.difference < pooled.ci[1]
+
+
+def test_equivalence_is_calibrated_at_the_margin_and_finds_true_equivalence():
+    rng = np.random.default_rng(1)
+    margin, n = 1.0, 5
+    at_margin = within = 0
+    for _ in range(SIMULATIONS):
+        cells = rng.normal(0.0, 1.0, (CELLS, n))
+        sd, df = pooled_spread(cells)
+        # a true difference exactly at the margin: "equivalent" here is a false positive
+        at_margin += equivalent(cells[0], cells[1] + margin, margin, pooled_sd=sd, pooled_df=df).resolved
+        within += equivalent(cells[0], cells[1], 2.5, pooled_sd=sd, pooled_df=df).resolved
+    assert at_margin / SIMULATIONS <= 0.05 + TOLERANCE
+    assert within / SIMULATIONS > 0.8  # with a wide margin and no difference, equivalence is usually shown
+
+
+def test_equivalence_interval_is_the_ninety_percent_one():
+    a, b = [0.50, 0.52, 0.51], [0.505, 0.515, 0.52]
+    result = equivalent(a, b, 0.02)
+    half = stats.t.ppf(0.95, result.df) * result.standard_error
+    assert result.ci == pytest.approx((result.difference - half, result.difference + half))
+    assert result.resolved == (-0.02 < result.ci[0] and result.ci[1] < 0.02)
+    with pytest.raises(ValueError, match="margin"):
+        equivalent(a, b, 0.0)
+
+
+def test_holm_rejects_step_down_and_controls_the_family():
+    assert holm([0.01, 0.04, 0.03, 0.005]) == [True, False, False, True]
+    assert holm([0.001, 0.02, 0.03]) == [True, True, True]  # 0.03 <= 0.05 / 1
+    assert holm([]) == []
+    adjusted = holm_adjusted([0.01, 0.04, 0.03, 0.005])
+    assert adjusted == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    rng = np.random.default_rng(2)
+    family_errors = sum(any(holm(rng.uniform(size=8))) for _ in range(SIMULATIONS))
+    assert family_errors / SIMULATIONS <= 0.05 + TOLERANCE
+
+
+def test_bad_input_is_refused():
+    with pytest.raises(ValueError, match="at least 2 seeds"):
+        compare([0.5], [0.6])
+    with pytest.raises(ValueError, match="together"):
+        compare([0.5, 0.6], [0.6, 0.7], pooled_sd=0.01)
+    with pytest.raises(ValueError, match="finite"):
+        compare([0.5, float("nan")], [0.6, 0.7])
+    assert compare([0.5], [0.6], pooled_sd=0.01, pooled_df=10).resolved  # one seed each, pooled spread
+
+
+def test_power_of_the_pooled_test():
+    # two cells of 5 seeds, spread 0.8 points, a 1-point difference, 40 degrees of freedom
+    assert 0.3 < power(1.0, 0.8, 5, 40) < 0.6
+    assert power(3.0, 0.8, 5, 40) > 0.99 and power(0.0, 0.8, 5, 40) == pytest.approx(0.05, abs=1e-6)

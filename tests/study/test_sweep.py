@@ -1,0 +1,224 @@
+"""`reluattn sweep`: every cell of every experiment is a valid `reluattn train` command; a smoke sweep runs end
+to end, skips what is done, survives SIGKILL with the same table as an uninterrupted sweep (its cells on the
+NumPy backend), reports a failed cell without stopping the others (a real smoke cell beside it), and rebuilds
+its report from the run directories alone."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from reluattn.cli import build_parser, train_config_from_args
+from reluattn.study import sweep as sweep_module
+from reluattn.study.experiments import EXPERIMENTS, SCALES, Cell, cells_of, train_arguments
+from reluattn.study.figures import FIGURES
+from reluattn.study.report import RUN_SPECIFIC_COLUMNS, write_report
+from reluattn.training.presets import get_preset
+
+from train_helpers import ROOT, make_folder_dataset
+
+CELLS = ["relu-m16", "softmax-m16"]  # two cells of kv-memory at smoke scale
+
+
+@pytest.mark.parametrize("scale", SCALES)
+@pytest.mark.parametrize("experiment", sorted(EXPERIMENTS))
+def test_every_cell_is_a_valid_train_command(experiment, scale, tmp_path):
+    """Each cell's flags parse and build a valid TrainConfig (no training): a renamed flag fails here."""
+    cells = cells_of(experiment, scale)
+    assert len(cells) >= 2
+    for cell in cells:
+        args = build_parser().parse_args(["train", "--out", str(tmp_path), *train_arguments(cell, seed=1)])
+        config = train_config_from_args(args, get_preset(args.preset))
+        assert config.seed == 1
+        if "kind" in cell.labels:
+            assert config.model.attention.kind == cell.labels["kind"]
+        if cell.labels.get("alpha") is not None:
+            assert config.model.attention.alpha == cell.labels["alpha"]
+
+
+@pytest.mark.parametrize("scale, alphas", [("pilot", {0.0, 0.5, 1.0, 1.5, 2.0}), ("cpu", {0.0, 0.5, 1.0, 1.5})])
+def test_alpha_sweep_grid_is_the_papers(scale, alphas):
+    cells = cells_of("alpha-sweep", scale)
+    labels = [c.labels for c in cells]
+    kinds = {l["kind"] for l in labels}
+    assert kinds == {"softmax", "relu", "relu2", "gelu", "softplus", "sigmoid", "identity"}
+    assert {l["alpha"] for l in labels if l["kind"] == "relu"} == alphas
+    assert {l["tokens"] for l in labels} == {17, 65}
+    headline = {c.name for c in cells if c.seeds}
+    assert headline == {"t17-relu-a1", "t17-softmax", "t65-relu-a1", "t65-softmax"}
+
+
+def test_the_pilot_grid_is_the_one_its_runs_were_trained_with():
+    """docs/run-logs/pilot/ holds the pilot's runs: each recorded command is the grid's, seed for seed."""
+    for record_path in sorted((ROOT / "docs" / "run-logs" / "pilot").glob("*/*/seed*/cell.json")):
+        record = json.loads(record_path.read_text())
+        (cell,) = [c for c in cells_of(record["experiment"], "pilot") if c.name == record["cell"]]
+        assert record["command"].endswith(" ".join(train_arguments(cell, record["seed"]))), \
+            record_path
+
+
+def test_the_cpu_scale_holds_out_a_test_split_and_trains_ten_epochs_on_the_rest():
+    for experiment in EXPERIMENTS:
+        for cell in cells_of(experiment, "cpu"):
+            args = build_parser().parse_args(["train", "--out", "x", *train_arguments(cell, seed=0)])
+            config = train_config_from_args(args, get_preset(args.preset))
+            assert config.test_split == 5000 and config.val_split == 5000 and config.subset is None
+            assert config.epochs >= 10
+
+
+@pytest.mark.parametrize("name", sorted(FIGURES))
+def test_each_figure_draws_from_rows(name, tmp_path):
+    rng = np.random.default_rng(0)
+    rows = []
+    for seed in range(2):
+        for kind, x in [("softmax", 1), ("relu", 1), ("relu", 2), ("relu", 4)]:
+            labels = {"kind": kind, "alpha": float(x), "tokens": 17 * x, "method": kind, "activation": kind,
+                      "mlp_dim": 16 * x, "alpha_start": float(x), "dim": 8 * x}
+            rows.append({"cell": f"{kind}-{x}", "seed": seed, "status": "done", **labels,
+                         "best_val_accuracy": rng.uniform(), "fewshot_accuracy": rng.uniform(),
+                         "train_flops": 1e9 * x, "attention_entropy_ratio": rng.uniform(),
+                         "learned_alpha_mean": rng.uniform()})
+    for row in rows:
+        row["lr"] = 1e-3 * row["alpha"]
+    path = FIGURES[name](rows, tmp_path / "figure.png", name)
+    assert path.stat().st_size > 10_000  # a real PNG with axes and lines
+
+
+# ------------------------------------------------------------------------------------ end to end, smoke
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    # 390 images: the smoke scale's 256 training + 128 validation images.
+    return make_folder_dataset(tmp_path_factory.mktemp("sweep-data"), train_per_class=130, test_per_class=2)
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """One decoded-image cache for the module's sweeps: the images are decoded once."""
+    return tmp_path_factory.mktemp("sweep-cache")
+
+
+def _environment(cache: Path) -> dict:
+    return dict(os.environ, PYTHONPATH=str(ROOT), RELUATTN_CACHE=str(cache), MPLBACKEND="Agg")
+
+
+# `reluattn sweep` whose cells train with the NumPy backend (nothing to compile: a cell takes seconds, where
+# the JAX backend's smoke cell spends most of a minute compiling) for NUMPY_STEPS steps, a checkpoint each,
+# so that the kill below lands between two checkpoints of a cell. The sweep's machinery (skipping, resuming,
+# reporting) is the same whatever the cells train with; test_a_failed_cell_is_reported_and_the_others_run
+# runs a real smoke cell, JAX backend, end to end.
+NUMPY_STEPS = 24
+NUMPY_CELLS_SWEEP = f"""
+import sys
+from reluattn.study import experiments, sweep
+
+def numpy_cells(experiment, scale):
+    return [experiments.Cell(cell.name, cell.labels, {{**cell.flags, "--backend": "numpy", "--steps": {NUMPY_STEPS}}})
+            for cell in experiments.cells_of(experiment, scale)]
+
+sweep.cells_of = numpy_cells
+from reluattn.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _sweep(args, cache: Path, numpy_cells: bool = True):
+    """The sweep in a fresh process (its cells on the NumPy backend, or the plain `python -m reluattn`)."""
+    start = ["-c", NUMPY_CELLS_SWEEP] if numpy_cells else ["-m", "reluattn"]
+    return subprocess.Popen([sys.executable, *start, "sweep", *map(str, args)], env=_environment(cache),
+                            cwd=str(ROOT), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _table(out: Path) -> list[dict]:
+    with open(out / "results.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    return [{k: v for k, v in row.items() if k not in RUN_SPECIFIC_COLUMNS} for row in rows]
+
+
+def test_smoke_sweep_kill_and_rerun_gives_the_uninterrupted_table(dataset, cache, tmp_path):
+    common = ["kv-memory", "--scale", "smoke", "--seeds", "1", "--data", dataset, "--cells", *CELLS, "--no-progress"]
+
+    whole = tmp_path / "whole"
+    finished = _sweep([*common, "--out", whole], cache)
+    output = finished.communicate(timeout=600)[0]
+    assert finished.returncode == 0, output
+    assert "2 run, 0 skipped, 0 failed" in output
+    assert (whole / "kv-memory.png").stat().st_size > 10_000
+
+    # Kill the sweep (SIGKILL: no clean-up) once the second cell has saved a checkpoint but not finished.
+    # Its first cell is the uninterrupted sweep's, copied: the sweep skips it and goes straight to the
+    # second (training it again would only repeat what "whole" did).
+    killed = tmp_path / "killed"
+    shutil.copytree(whole / CELLS[0], killed / CELLS[0])
+    process = _sweep([*common, "--out", killed], cache)
+    second = killed / CELLS[1] / "seed0"
+    deadline = time.time() + 600
+    while not (second / "checkpoints" / "LATEST").exists():
+        assert process.poll() is None, process.communicate()[0]
+        assert time.time() < deadline
+        time.sleep(0.05)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    assert json.loads((second / "cell.json").read_text())["status"] == "running"
+    time.sleep(1.0)  # the cell's trainer dies with the sweep (PR_SET_PDEATHSIG); give it a moment
+
+    rerun = _sweep([*common, "--out", killed], cache)
+    output = rerun.communicate(timeout=600)[0]
+    assert rerun.returncode == 0, output
+    assert "1 already done" in output and "1 run, 1 skipped" in output
+    log = (second / "train.log").read_text()
+    assert "resuming" in log or "already complete" in log  # continued from its checkpoint, not from scratch
+    assert _table(killed) == _table(whole)
+
+    # A third run skips everything; --report alone rebuilds the same table from the run directories.
+    again = _sweep([*common, "--out", killed], cache)
+    assert "2 already done, 0 to run" in again.communicate(timeout=600)[0]
+    (killed / "results.csv").unlink()
+    (killed / "results.json").unlink()
+    report = _sweep(["kv-memory", "--scale", "smoke", "--report", "--out", killed], cache, numpy_cells=False)
+    assert report.communicate(timeout=300)[0].startswith("wrote")
+    assert _table(killed) == _table(whole)
+
+
+def test_a_failed_cell_is_reported_and_the_others_run(dataset, cache, tmp_path, monkeypatch):
+    monkeypatch.setenv("RELUATTN_CACHE", str(cache))
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    good = cells_of("kv-memory", "smoke")[0]
+    bad = Cell("bad-width", {"activation": "relu", "mlp_dim": 16}, {**good.flags, "--dim": 15})  # 15 % 2 heads
+    monkeypatch.setattr(sweep_module, "cells_of", lambda experiment, scale: [bad, good])
+    out = tmp_path / "sweep"
+    lines = []
+
+    class Lines:
+        def write(self, text):
+            lines.append(text)
+
+        def flush(self):
+            pass
+
+    counts = sweep_module.run_sweep("kv-memory", scale="smoke", seeds=1, out=out, data=str(dataset),
+                                    progress=False, stdout=Lines())
+    assert (counts["done"], counts["failed"]) == (1, 1)
+    record = json.loads((out / "bad-width" / "seed0" / "cell.json").read_text())
+    assert record["status"] == "failed" and record["exit_code"] != 0
+    assert "divisible" in record["error"]  # the trainer's own one-line reason
+    assert any("bad-width seed 0: failed" in line and "divisible" in line for line in lines)
+    summary = json.loads((out / "results.json").read_text())
+    assert summary["runs_failed"] == ["bad-width/seed0"] and summary["runs_done"] == 1
+    assert write_report("kv-memory", out, scale="smoke")["figure"]
+
+
+def test_sweep_refuses_a_folder_of_another_experiment(tmp_path):
+    (tmp_path / "sweep.json").write_text(json.dumps({"experiment": "scaling", "scale": "cpu"}))
+    with pytest.raises(ValueError, match="holds the sweep scaling"):
+        sweep_module.run_sweep("kv-memory", scale="cpu", out=tmp_path, progress=False)

@@ -1,0 +1,121 @@
+"""The comparisons behind the reproduction verdicts: every one names cells of its grid, each claim has its
+quote and planned comparisons, and judge() reads the runs as reluattn/study/verdicts.py says (pooled spread,
+Holm within the experiment, equivalence against the margin, the claim's rule)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from reluattn.study.experiments import EXPERIMENTS, SCALES, cells_of, planned_comparisons
+from reluattn.study.verdicts import describe, judge
+
+
+@pytest.mark.parametrize("scale", SCALES)
+@pytest.mark.parametrize("experiment", sorted(EXPERIMENTS))
+def test_every_claim_has_a_quote_and_comparisons_of_its_own_grid(experiment, scale):
+    record = EXPERIMENTS[experiment]
+    names = {cell.name for cell in cells_of(experiment, scale)}
+    planned = planned_comparisons(experiment, scale)
+    assert bool(record.claims) != bool(record.exploration), "a claim to test, or an exploration saying why not"
+    for index, claim in enumerate(record.claims):
+        assert claim.quote and claim.source
+        assert any(i == index for i, _ in planned), f"{experiment}: claim {index} has no comparison"
+    for _, p in planned:
+        assert set(p.a) | set(p.b) <= names and not set(p.a) & set(p.b), p.question
+
+
+def _rows(cell, accuracies, value="best_val_accuracy", **extra):
+    return [{"cell": cell, "seed": seed, "status": "done", value: v, **extra} for seed, v in enumerate(accuracies)]
+
+
+def _alpha_rows(relu_a1, relu_a0, noise=0.004, seeds=3, value="best_val_accuracy"):
+    """Every alpha-sweep pilot cell at 0.40 (+ small seed noise), relu at alpha 1 / 0 at the given means."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for cell in cells_of("alpha-sweep", "pilot"):
+        mean = {"t17-relu-a1": relu_a1, "t17-relu-a0": relu_a0}.get(cell.name, 0.40)
+        rows += _rows(cell.name, mean + noise * rng.standard_normal(seeds), value)
+    return rows
+
+
+def _entry(result, question):
+    (entry,) = [c for c in result["comparisons"] if c["question"] == question]
+    return entry
+
+
+def test_a_large_effect_survives_holm_and_a_small_one_does_not():
+    large = judge("alpha-sweep", _alpha_rows(0.45, 0.38), "pilot")
+    entry = _entry(large, "17 tokens, relu: alpha 1 minus alpha 0")
+    assert entry["rejected"] and entry["reading"] == "supports" and entry["difference"] == pytest.approx(0.07, abs=0.01)
+    assert entry["p_holm"] >= entry["p_value"] and large["pooled_df"] == 2 * 62
+    assert "+7" in describe(entry) and "Holm" in describe(entry)
+    small = judge("alpha-sweep", _alpha_rows(0.404, 0.40), "pilot")
+    assert not _entry(small, "17 tokens, relu: alpha 1 minus alpha 0")["rejected"]
+    claim = small["claims"][0]
+    assert claim["verdict"] == "inconclusive" and claim["tested"] == claim["planned"] == 12
+
+
+def test_equivalence_within_the_margin_and_its_contradiction():
+    rows = _alpha_rows(0.40, 0.40, noise=0.002)
+    match = judge("alpha-sweep", rows, "pilot")["claims"][4]
+    assert match["verdict"] == "equivalent within margin"
+    far = [dict(r, best_val_accuracy=r["best_val_accuracy"] - 0.05) if r["cell"].endswith("softmax") else r
+           for r in rows]
+    assert judge("alpha-sweep", far, "pilot")["claims"][4]["verdict"] == "disagrees"  # 5 points > 1-point margin
+
+
+def test_the_value_judged_is_the_test_split_at_the_cpu_scale():
+    rows = [dict(r, best_val_accuracy=0.9) for r in _alpha_rows(0.45, 0.38, value="test_accuracy", seeds=5)]
+    result = judge("alpha-sweep", rows, "cpu")
+    assert result["value"] == "test_accuracy"
+    assert _entry(result, "17 tokens, relu: alpha 1 minus alpha 0")["reading"] == "supports"
+
+
+def test_missing_cells_and_single_seeds_give_no_verdict():
+    rows = _rows("t17-relu-a1", [0.45]) + _rows("t17-relu-a0", [0.30])
+    result = judge("alpha-sweep", rows, "pilot")
+    entry = _entry(result, "17 tokens, relu: alpha 1 minus alpha 0")
+    assert "missing" in entry and "not tested" in describe(entry)  # one seed everywhere: no spread
+    assert result["claims"][0]["verdict"] == "no runs yet"
+
+
+def test_a_clear_best_h_contradicts_no_clear_best():
+    rows = [dict(r, best_val_accuracy=r["best_val_accuracy"] + 0.05) if r["cell"] == "t17-gelu-a1" else r
+            for r in _alpha_rows(0.40, 0.40)]
+    assert judge("alpha-sweep", rows, "pilot")["claims"][2]["verdict"] == "disagrees"
+    assert judge("alpha-sweep", _alpha_rows(0.40, 0.40), "pilot")["claims"][2]["verdict"] == "agrees"
+
+
+def test_a_claim_outside_the_papers_setting_says_so():
+    rows = []
+    for cell in cells_of("long-sequence", "pilot"):
+        rows += _rows(cell.name, [0.40, 0.41, 0.39])
+    (claim,) = judge("long-sequence", rows, "pilot")["claims"]
+    assert claim["verdict"].startswith("not tested in the paper's setting")
+
+
+def test_the_scaling_slope_is_tested_on_log_flops():
+    rows = []
+    for cell in cells_of("scaling", "pilot"):
+        dim = cell.labels["dim"]
+        gap = 0.0 if cell.labels["kind"] == "softmax" else -0.02 + 0.0002 * dim  # the gap closes with size
+        rows += _rows(cell.name, 0.40 + gap + 0.001 * np.arange(3), train_flops=1e9 * dim ** 2)
+    result = judge("scaling", rows, "pilot")
+    slope = _entry(result, "relu / L minus softmax, slope per tenfold training FLOPs")
+    # gaps -1.04, -0.72, -0.08 points at log10 FLOPs 12.36, 12.61, 12.96: about +1.6 points per decade
+    assert slope["kind"] == "slope" and 0.01 < slope["difference"] < 0.02
+
+
+def test_the_pilot_reanalysis_is_what_the_committed_tables_say():
+    """results.json of every pilot experiment holds the verdicts judge() gives on its committed rows."""
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2] / "docs" / "run-logs" / "pilot"
+    for experiment in EXPERIMENTS:
+        path = root / experiment / "results.json"
+        if not path.exists():
+            continue
+        saved = json.loads(path.read_text())
+        assert saved["scale"] == "pilot"
+        fresh = judge(experiment, saved["rows"], "pilot")
+        assert [c["verdict"] for c in fresh["claims"]] == [c["verdict"] for c in saved["claims"]]
