@@ -52,6 +52,7 @@ extensions = [
 # Pages written by others that may not exist yet: listed in the index's toctree when they do.
 OPTIONAL_PAGES = ("results", "performance")
 exclude_patterns = ["_build", "_ext", "**.ipynb_checkpoints", "Thumbs.db", ".DS_Store", "tutorials/exercises",
+                    "run-logs/**/verdicts.md",  # included by reproduction.md, not pages of their own
                     *(f"{page}.md" for page in INSTRUCTOR_PAGES if STUDENT)]
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist"]
 myst_heading_anchors = 3

@@ -1,4 +1,5 @@
-"""A sweep's report, rebuilt from its run directories alone: results.csv / results.json and one figure.
+"""A sweep's report, rebuilt from its run directories alone: results.csv / results.json, verdicts.md (the
+verdicts as Markdown tables, tables.py) and one figure.
 
     reluattn sweep EXPERIMENT --report --out DIR      (also written at the end of every sweep)
 
@@ -23,6 +24,7 @@ import numpy as np
 from ..training.files import write_atomically
 from .experiments import EXPERIMENTS, cells_of
 from .statistics import LABEL_COLUMNS, aggregate
+from .tables import verdicts_markdown
 from .verdicts import judge
 
 VALUE_COLUMNS = ("best_val_accuracy", "final_val_accuracy", "test_accuracy", "fewshot_accuracy", "train_flops", "wall_time_s",
@@ -147,6 +149,7 @@ def write_report(experiment: str, out, *, scale: str) -> dict:
                "runs_failed": [r["cell"] + f"/seed{r['seed']}" for r in rows if r["status"] == "failed"],
                "cells": aggregate(rows, verdicts["value"]), **verdicts, "rows": rows}
     write_atomically(out / "results.json", json.dumps(summary, indent=1, sort_keys=True, default=str) + "\n")
+    write_atomically(out / "verdicts.md", verdicts_markdown(summary) + "\n")
     figure = FIGURES[EXPERIMENTS[experiment].figure](rows, out / f"{experiment}.png", experiment, verdicts["value"])
     return {"table": str(table), "json": str(out / "results.json"), "figure": str(figure) if figure else None,
             **verdicts}

@@ -1,0 +1,51 @@
+"""The verdicts of a sweep as Markdown, written beside its results (verdicts.md): one table per claim with
+its quote, each planned comparison's effect, 95 % interval, p-values and seeds, and the claim's verdict.
+docs/reproduction.md includes these files, so the page cannot say more than the runs do."""
+
+from __future__ import annotations
+
+from .verdicts import contrast_interval, _as_result
+
+READINGS = {"supports": "supports", "contradicts": "**contradicts**", "consistent": "consistent",
+            "unresolved": "unresolved"}
+
+
+def _points(value: float) -> str:
+    return f"{100 * value:+.2f}"
+
+
+def _row(entry: dict) -> str:
+    if "missing" in entry:
+        return f"| {entry['question']} | not run yet | | | | |"
+    low, high = contrast_interval(_as_result(entry))
+    margin = f" (margin ±{100 * entry['margin']:g})" if entry.get("margin") else ""
+    test = "TOST" if entry.get("margin") else "t"
+    seeds = "/".join(str(n) for n in entry["seeds"])
+    return (f"| {entry['question']} | {_points(entry['difference'])} [{_points(low)}, {_points(high)}]{margin} | "
+            f"{test} {entry['p_value']:.2g} | {entry['p_holm']:.2g} | {seeds} | {READINGS[entry['reading']]} |")
+
+
+def verdicts_markdown(result: dict) -> str:
+    """The Markdown of one experiment's verdicts (`result`: write_report's results.json content)."""
+    lines = [f"Accuracy judged: `{result['value']}`, in points. Seed spread pooled over the experiment's "
+             f"cells: {_spread(result)}. p: two-sided t-test (or TOST against the margin); Holm: adjusted "
+             f"within the experiment's {sum('p_holm' in c for c in result['comparisons'])} planned comparisons "
+             f"(family-wise 5 %).", ""]
+    if result.get("exploration"):
+        lines += [f"*Exploration, no claim tested:* {result['exploration']}.", ""]
+    for index, claim in enumerate(result["claims"]):
+        lines += [f"**Claim {index + 1}.** \"{claim['quote']}\" — {claim['source']}.", ""]
+        if claim["scope"]:
+            lines += [f"*Scope:* {claim['scope']}.", ""]
+        lines += ["| comparison (b − a) | effect [95 % CI] | p | Holm p | seeds | reading |",
+                  "|---|---|---|---|---|---|"]
+        lines += [_row(entry) for entry in result["comparisons"] if entry["claim"] == index]
+        lines += ["", f"**Verdict: {claim['verdict']}** ({claim['tested']} of {claim['planned']} comparisons "
+                      f"tested; rule \"{claim['rule']}\").", ""]
+    return "\n".join(lines)
+
+
+def _spread(result: dict) -> str:
+    if result.get("pooled_sd") is None:
+        return "none yet (one seed per cell)"
+    return f"{100 * result['pooled_sd']:.2f} points on {result['pooled_df']} degrees of freedom"
