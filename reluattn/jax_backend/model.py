@@ -162,6 +162,9 @@ def apply(params, images, cfg: ViTConfig, *, return_attention=False, compute_dty
     attention is a list (one per block) of (B, H, T, T) weight arrays. Returns JAX arrays.
     fast=True: the speed paths of jax_backend/fast/ (reverse-mode autodiff only)."""
     check_inputs(params, images, cfg)
+    if fast:
+        from .fast import cpu_setup  # the speed paths live apart; only fast=True reaches them
+        cpu_setup.hint_if_not_configured()
     return _apply_jit(params, images, cfg, canonical_compute_dtype(compute_dtype), bool(return_attention), bool(fast))
 
 
@@ -171,5 +174,8 @@ def loss_and_grad(params, images, labels, cfg: ViTConfig, *, label_smoothing=0.0
     arrays. labels: (B,) ints in [0, K) or (B, K) target probabilities. fast: as in `apply`."""
     check_label_smoothing(label_smoothing)  # checked in the NumPy backend's order, so errors match
     check_inputs(params, images, cfg, labels)
+    if fast:
+        from .fast import cpu_setup  # the speed paths live apart; only fast=True reaches them
+        cpu_setup.hint_if_not_configured()
     return _loss_and_grad_jit(params, images, labels, float(label_smoothing), cfg,
                               canonical_compute_dtype(compute_dtype), bool(fast))

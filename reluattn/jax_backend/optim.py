@@ -149,5 +149,8 @@ def train_step(params, opt_state, images, labels, cfg: ViTConfig, opt_cfg: Optim
     check_label_smoothing(label_smoothing)
     check_inputs(params, images, cfg, labels)
     check_optimizer_state(opt_state, params)
+    if fast:
+        from .fast import cpu_setup  # the speed paths live apart; only fast=True reaches them
+        cpu_setup.hint_if_not_configured()
     step = _jitted_train_step(cfg, opt_cfg, float(label_smoothing), canonical_compute_dtype(compute_dtype), bool(fast))
     return step(params, opt_state, images, labels)

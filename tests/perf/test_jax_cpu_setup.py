@@ -108,3 +108,31 @@ def test_training_sets_up_malloc_before_loading_data(tmp_path):
         "except Stop as stop:\n"
         "    print(stop.args[0])\n")
     assert applied_in_fresh_process(code)["MALLOC_MMAP_MAX_"] == 0
+
+
+HINT_SCRIPT = """
+import json, warnings, numpy as np
+import reluattn as ra
+from reluattn.jax_backend.fast import cpu_setup
+if CONFIGURE:
+    cpu_setup.configure()
+cfg = ra.ViTConfig(image_size=8, patch_size=4, dim=8, depth=1, heads=2, mlp_dim=8, num_classes=3)
+params = ra.init_params(cfg, seed=0)
+images, labels = np.zeros((2, 8, 8, 3), np.float32), np.array([0, 1])
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    for _ in range(2):
+        ra.backend("jax").loss_and_grad(params, images, labels, cfg, fast=True)
+    ra.backend("jax").loss_and_grad(params, images, labels, cfg)  # the plain path never hints
+print(json.dumps([str(w.message) for w in caught if "malloc set-up" in str(w.message)]))
+"""
+
+
+@glibc_linux
+@pytest.mark.parametrize("configure, environment, hints", [(False, {}, 1), (True, {}, 0),
+                                                          (False, {"RELUATTN_CPU_SETUP": "0"}, 0)])
+def test_the_fast_path_hints_once_at_the_missing_cpu_setup(configure, environment, hints):
+    messages = applied_in_fresh_process(HINT_SCRIPT.replace("CONFIGURE", str(configure)), **environment)
+    assert len(messages) == hints
+    if hints:
+        assert "cpu_setup.configure()" in messages[0] and "RELUATTN_CPU_SETUP=0" in messages[0]
