@@ -57,7 +57,8 @@ def _train_parser(commands) -> argparse.ArgumentParser:
     g.add_argument("--epochs", type=int, help="run length in passes over the training split")
     g.add_argument("--steps", type=int, help="run length in optimizer steps (instead of --epochs)")
     g.add_argument("--batch-size", type=int, help="images per step (over all devices)")
-    g.add_argument("--compute-dtype", choices=COMPUTE_DTYPES, help="matmul precision (JAX backend)")
+    g.add_argument("--compute-dtype", choices=COMPUTE_DTYPES, help="matmul precision (JAX backend); auto: the faster "
+                   "of the two on this machine, from a short probe when the run starts")
     g.add_argument("--fast", action=argparse.BooleanOptionalAction, default=None,
                    help="the JAX backend's opt-in speed paths (on in every preset; --no-fast: the plain model)")
     g.add_argument("--checkpoint-every", type=int, help="steps between checkpoints (default: each epoch)")

@@ -22,7 +22,7 @@ from ..config import OptimizerConfig, ViTConfig, _check_bool, _check_choice, _ch
 from ..data import DATASETS
 from ..params import flatten
 
-COMPUTE_DTYPES = ("float32", "bfloat16")
+COMPUTE_DTYPES = ("float32", "bfloat16", "auto")  # auto: the faster of the two here (dtype_probe.py)
 SEED_LIMIT = 2 ** 63
 # Fields that change how a run reports, not what it computes: a resumed run may change them freely.
 OPERATIONAL_FIELDS = ("eval_every", "checkpoint_every", "log_every", "keep_checkpoints")
@@ -78,7 +78,8 @@ class TrainConfig(_JsonConfig):
     keep_checkpoints: int = 3          # how many of the newest checkpoints to keep on disk
     label_smoothing: float = 0.0       # target = (1 - ls) * onehot + ls / K
     augmentation: AugmentationConfig = field(default_factory=AugmentationConfig)
-    compute_dtype: str = "float32"     # matmul inputs: "float32" or "bfloat16" (params, state, loss stay f32)
+    compute_dtype: str = "float32"     # matmul inputs: "float32" or "bfloat16" (params, state, loss stay f32);
+                                       # "auto": whichever a short probe finds faster, fixed when the run starts
     backend: str = "jax"               # "jax" (jit, data parallel) or "numpy" (the reference model; small runs)
     fast: bool = False                 # JAX only: the backend's opt-in speed paths (on in every preset)
     image_size: int | None = None      # upsample the images (nearest neighbour, on the host) to this side;
@@ -131,6 +132,8 @@ class TrainConfig(_JsonConfig):
         _check_bool(owner, "fast", self.fast)
         if self.image_size is not None:
             _check_int(owner, "image_size", self.image_size)
+        if self.backend == "numpy" and self.compute_dtype == "auto":
+            object.__setattr__(self, "compute_dtype", "float32")  # the only one the NumPy backend has
         if self.backend == "numpy" and self.compute_dtype != "float32":
             raise ValueError(f"{owner}.compute_dtype {self.compute_dtype!r} needs backend 'jax' (the NumPy "
                              f"backend computes in the parameters' dtype, float32)")

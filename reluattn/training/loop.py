@@ -102,6 +102,14 @@ def _train(config, run_dir, data, resume, progress, stdout, allow_different_data
         # Before loading the data: decoding starts threads, and malloc settings made after that no longer
         # reach every thread.
         configure_jax_cpu()
+    if config.compute_dtype == "auto" and checkpoint is not None:  # what the run picked when it started
+        config = config.replace(compute_dtype=checkpoint["config"].get("compute_dtype", "float32"))
+    if config.compute_dtype == "auto":  # measured once, then fixed in the run's config
+        from .dtype_probe import probe_compute_dtype
+        picked, timings = probe_compute_dtype(config.batch_size, config.model.num_tokens, config.model.dim)
+        config = config.replace(compute_dtype=picked)
+        _status(stdout, "compute dtype auto: " + picked + (" (probe: " + ", ".join(
+            f"{name} {1e3 * seconds:.1f} ms" for name, seconds in timings.items()) + ")" if timings else ""))
     run_data = load_run_data(config, data, progress=progress)
     description = run_data.description
     resolved = config.resolve(description["num_train"], description["image_size"], description["channels"],

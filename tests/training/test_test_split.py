@@ -73,3 +73,21 @@ def test_a_test_split_needs_a_validation_split_and_data_without_its_own(train_on
     with_test = make_folder_dataset(tmp_path / "with-test")
     with pytest.raises(Exception, match="has a test split of its own"):
         load_run_data(TrainConfig(steps=1, val_split=12, test_split=5), with_test, progress=False)
+
+
+def test_compute_dtype_auto_is_probed_once_and_recorded(train_only_data, tmp_path, capsys):
+    """--compute-dtype auto: a probe picks float32 or bfloat16, the run's config records the pick, and
+    --resume keeps it without probing again."""
+    from train_helpers import tiny_args
+    from reluattn.training.run_dir import load_checkpoint
+    run = tmp_path / "auto"
+    assert main(tiny_args(train_only_data, run, steps=4, **{"--compute-dtype": "auto"})) == 0
+    line = [l for l in capsys.readouterr().out.splitlines() if "compute dtype auto" in l]
+    assert len(line) == 1 and "float32" in line[0] and "bfloat16" in line[0]
+    picked = line[0].split("auto: ", 1)[1].split(" ", 1)[0]
+    assert picked in ("float32", "bfloat16")
+    assert load_checkpoint(run)["config"]["compute_dtype"] == picked
+    assert main(["train", "--out", str(run), "--resume", "--compute-dtype", "auto",
+                 "--no-progress"]) == 0
+    assert "compute dtype auto" not in capsys.readouterr().out
+    assert load_checkpoint(run)["config"]["compute_dtype"] == picked
