@@ -21,11 +21,21 @@
 The reproduction study (`reluattn sweep`) is its own package, reluattn.study, which drives this one only
 through the `reluattn train` command and the files of its run folders.
 
-Importing this package (or loop.py) does not import JAX; `train()` does, when it starts.
+Importing this package (or loop.py) does not import JAX; `train()` does, when it starts. The names below
+are loaded on first use, so that a reader of run folders (reluattn.study) importing `files` or `run_folder`
+does not load the whole trainer.
 """
 
-from .config import AugmentationConfig, TrainConfig
-from .loop import TrainResult, train
-from .presets import PRESETS, get_preset
+import importlib
+
+_HOMES = {"AugmentationConfig": "config", "TrainConfig": "config", "TrainResult": "loop", "train": "loop",
+          "PRESETS": "presets", "get_preset": "presets"}
+
+
+def __getattr__(name: str):
+    if name in _HOMES:
+        return getattr(importlib.import_module(f".{_HOMES[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["AugmentationConfig", "TrainConfig", "PRESETS", "get_preset", "train", "TrainResult"]
