@@ -295,6 +295,17 @@ def _lr_grid(scale):
             for kind in LR_GRID_KINDS for lr in LR_GRID]
 
 
+def chosen_learning_rates(cells: dict) -> dict:
+    """{kind: lr} with the best mean validation accuracy over seeds, from an lr-grid's aggregate() of
+    best_val_accuracy (ties: the smaller lr). Only validation is read: the test split stays unseen."""
+    best = {}
+    for cell in cells.values():
+        kind, lr = cell["labels"]["kind"], cell["labels"]["lr"]
+        if kind not in best or (cell["mean"], -lr) > (best[kind][0], -best[kind][1]):
+            best[kind] = (cell["mean"], lr)
+    return {kind: lr for kind, (_, lr) in sorted(best.items())}
+
+
 LR_SELECTION = Experiment(
     "lr-grid", "each attention kind's peak learning rate, chosen on validation accuracy (17 tokens, alpha 1)",
     _lr_grid, figure="lr", claims=(),

@@ -143,6 +143,9 @@ def write_report(experiment: str, out, *, scale: str) -> dict:
         writer.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in COLUMNS})
     write_atomically(table, text.getvalue())
     verdicts = judge(experiment, rows, scale)
+    if experiment == "lr-grid":  # what the other grids of the scale will use (LEARNING_RATES)
+        from .grids import chosen_learning_rates
+        verdicts["chosen_learning_rates"] = chosen_learning_rates(aggregate(rows, "best_val_accuracy"))
     summary = {"experiment": experiment, "summary": EXPERIMENTS[experiment].summary,
                "exploration": EXPERIMENTS[experiment].exploration, "scale": scale, "cells_expected": expected,
                "runs": len(rows), "runs_done": sum(r["status"] == "done" for r in rows),

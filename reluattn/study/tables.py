@@ -33,6 +33,9 @@ def verdicts_markdown(result: dict) -> str:
              f"(family-wise 5 %).", ""]
     if result.get("exploration"):
         lines += [f"*Exploration, no claim tested:* {result['exploration']}.", ""]
+    if result.get("chosen_learning_rates"):
+        chosen = ", ".join(f"{kind} {lr:g}" for kind, lr in result["chosen_learning_rates"].items())
+        lines += [f"**Learning rates chosen on validation:** {chosen}.", ""]
     for index, claim in enumerate(result["claims"]):
         lines += [f"**Claim {index + 1}.** \"{claim['quote']}\" — {claim['source']}.", ""]
         if claim["scope"]:

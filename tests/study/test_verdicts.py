@@ -119,3 +119,18 @@ def test_the_pilot_reanalysis_is_what_the_committed_tables_say():
         assert saved["scale"] == "pilot"
         fresh = judge(experiment, saved["rows"], "pilot")
         assert [c["verdict"] for c in fresh["claims"]] == [c["verdict"] for c in saved["claims"]]
+
+
+def test_the_lr_grid_chooses_each_kinds_best_validation_lr_and_never_reads_test():
+    from reluattn.study.grids import chosen_learning_rates
+    from reluattn.study.statistics import aggregate
+    rows = []
+    for cell in cells_of("lr-grid", "cpu"):
+        kind, lr = cell.labels["kind"], cell.labels["lr"]
+        best = 2e-3 if kind == "softmax" else 4e-3
+        rows += _rows(cell.name, [0.50 - abs(lr - best) * 10, 0.50 - abs(lr - best) * 10], kind=kind, lr=lr,
+                      test_accuracy=0.9 if lr == 1e-3 else 0.1)  # a test split pointing elsewhere is ignored
+    for row in rows:
+        row.update({"kind": row["kind"], "lr": row["lr"]})
+    chosen = chosen_learning_rates(aggregate(rows, "best_val_accuracy"))
+    assert chosen["softmax"] == 2e-3 and chosen["relu"] == 4e-3 and len(chosen) == 7
