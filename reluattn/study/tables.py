@@ -27,7 +27,7 @@ def _row(entry: dict) -> str:
 
 def verdicts_markdown(result: dict) -> str:
     """The Markdown of one experiment's verdicts (`result`: write_report's results.json content)."""
-    lines = [f"Accuracy judged: `{result['value']}`, in points. Seed spread pooled over the experiment's "
+    lines = [] if not result["claims"] else [f"Accuracy judged: `{result['value']}`, in points. Seed spread pooled over the experiment's "
              f"cells: {_spread(result)}. p: two-sided t-test (or TOST against the margin); Holm: adjusted "
              f"within the experiment's {sum('p_holm' in c for c in result['comparisons'])} planned comparisons "
              f"(family-wise 5 %).", ""]
