@@ -24,7 +24,7 @@ SIGINT (Ctrl-C) and SIGTERM finish the current step, save a checkpoint and retur
 second one stops at once, naming the last checkpoint.
 
 A run holds its folder's lock from start to end; a new run starts only in a new or empty folder or one
-of its own that has no checkpoint yet, and a resumed one reads the data its checkpoint recorded unless
+of its own that stopped before it logged or saved anything, and a resumed one reads the data its checkpoint recorded unless
 given other data (run_folder.py, resume.py).
 """
 
@@ -298,7 +298,8 @@ class _Loop:
 
     def interrupted(self) -> str:
         if self.last_checkpoint is None:
-            return f"interrupted before the first checkpoint of {self.run_dir}; start it again to train it"
+            return (f"interrupted before the first checkpoint of {self.run_dir}; to train it again there, delete its "
+                    f"metrics.jsonl first (or choose another --out)")
         return (f"interrupted at once; the last checkpoint, {self.last_checkpoint}, is intact. Resume with: "
                 f"reluattn train --out {self.run_dir} --resume")
 

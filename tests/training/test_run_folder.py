@@ -5,6 +5,7 @@ planted symlink can redirect, and errors that name the file a full disk refused.
 import errno
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -129,12 +130,36 @@ def test_a_new_run_refuses_a_folder_holding_a_run_with_checkpoints(data, tmp_pat
 def test_a_run_stopped_before_its_first_checkpoint_can_be_started_again(data, tmp_path, capsys):
     reference, out = tmp_path / "reference", tmp_path / "run"
     assert main(numpy_run(data, reference, steps=4)) == 0
-    out.mkdir()
+    (out / "checkpoints" / ".tmp-step_00000004-abc.tmp").mkdir(parents=True)  # killed writing its first checkpoint
     (out / ".reluattn.lock").write_text("12345\n")  # the folder was a reluattn run...
-    (out / "metrics.jsonl").write_text('{"step": 2, "split": "train", "loss": 9.0}\n')  # ...killed at step 3
+    (out / "metrics.jsonl").write_text("")  # ...that had logged nothing yet
     assert main(numpy_run(data, out, steps=4)) == 0
     assert [r["loss"] for r in read_metrics(out)] == [r["loss"] for r in read_metrics(reference)]
     assert_bit_identical(final_arrays(out), final_arrays(reference))
+
+
+@pytest.mark.parametrize("what_was_deleted", ["checkpoints", "opt_state.npz", "summary and checkpoints"])
+def test_a_run_that_got_somewhere_is_never_started_over(data, tmp_path, capsys, what_was_deleted):
+    # A finished run whose checkpoints (or optimizer states, to save space) were deleted is still a run: its
+    # summary.json, a step_* folder or metrics past step 0 say so, and a new run there is refused.
+    out = tmp_path / "run"
+    assert main(numpy_run(data, out, steps=8)) == 0
+    if what_was_deleted == "opt_state.npz":
+        for step in (out / "checkpoints").glob("step_*"):
+            (step / "opt_state.npz").unlink()
+    else:
+        shutil.rmtree(out / "checkpoints")
+    if what_was_deleted == "summary and checkpoints":
+        (out / "summary.json").unlink()
+    before = snapshot(out)
+    line = one_error_line(capsys, numpy_run(data, out, steps=4, **{"--attention": "softmax"}))
+    evidence = {"checkpoints": "summary.json", "opt_state.npz": "summary.json",
+                "summary and checkpoints": "metrics.jsonl records up to step 8"}[what_was_deleted]
+    assert f"holds an earlier run ({evidence})" in line and "another --out" in line
+    assert snapshot(out) == before
+    (out / "summary.json").unlink(missing_ok=True)
+    if what_was_deleted == "opt_state.npz":
+        assert "holds an earlier run (checkpoints/step_00000008)" in one_error_line(capsys, numpy_run(data, out))
 
 
 def test_pruning_old_checkpoints_leaves_files_reluattn_did_not_write(tmp_path):
