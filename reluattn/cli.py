@@ -261,12 +261,17 @@ def _command_train(args) -> int:
 
 def _command_evaluate(args) -> int:
     from .training.evaluation import evaluate_checkpoint
-    result = evaluate_checkpoint(args.checkpoint, data=args.data, split=args.split,
-                                 batch_size=args.batch_size, backend=args.backend, progress=not args.json,
-                                 impl=args.impl, block_size=args.block_size, fewshot=args.fewshot,
-                                 fewshot_seeds=args.fewshot_seeds)
+    keys = ["accuracy", "loss", "n", "error"] + (list(FEWSHOT_KEYS) if args.fewshot is not None else [])
+    try:
+        result = evaluate_checkpoint(args.checkpoint, data=args.data, split=args.split,
+                                     batch_size=args.batch_size, backend=args.backend, progress=not args.json,
+                                     impl=args.impl, block_size=args.block_size, fewshot=args.fewshot,
+                                     fewshot_seeds=args.fewshot_seeds)
+    except (ValueError, OSError, RuntimeError) as error:
+        if args.json:  # still one JSON object on stdout (null scores, the error); main prints the line on stderr
+            print(json.dumps(dict(dict.fromkeys(keys), error=_one_line(error))))
+        raise
     if args.json:  # always valid JSON: null scores and an "error" when they are not finite
-        keys = ["accuracy", "loss", "n", "error"] + (list(FEWSHOT_KEYS) if args.fewshot is not None else [])
         print(json.dumps({key: result[key] for key in keys}, allow_nan=False))
     elif result["error"] is None:
         print(f"{result['split']}: accuracy {result['accuracy']:.4f}  loss {result['loss']:.4f}  "

@@ -5,7 +5,8 @@
     validation     =  the held-out images, or the dataset's "test" split when val_split is 0
 
 `evaluate` and `attention` rebuild the same "val" split from a checkpoint's config, so a run's held-out
-images can be scored again later. With `image_size` set (`--image-size`), every split is upsampled to it by
+images can be scored again later; the images it rebuilds from must have the fingerprint the checkpoint
+recorded, or the positions would pick other images (training ones, in a grown or repacked dataset). With `image_size` set (`--image-size`), every split is upsampled to it by
 nearest neighbour (each pixel repeated factor x factor times; see `upsample_images`), for training and
 evaluation alike.
 """
@@ -55,16 +56,22 @@ def channel_statistics(images, chunk: int = 4096) -> tuple[list, list]:
     return [round(float(m), 4) for m in mean], [round(float(s), 4) for s in std]
 
 
-def data_fingerprint(*datasets) -> str:
+def data_fingerprint(*datasets, image_size: int | None = None) -> str:
     """SHA-256 of the images, labels and class names of `datasets` (None entries count as absent): equal
-    fingerprints mean the same pixels in the same order with the same labels."""
+    fingerprints mean the same pixels in the same order with the same labels. With `image_size`, of the
+    images upsampled to it (`upsample_images`), computed in chunks without an upsampled copy of them all."""
     digest = hashlib.sha256()
     for dataset in datasets:
         if dataset is None:
             digest.update(b"none")
             continue
-        digest.update(repr((dataset.images.shape, list(dataset.class_names))).encode())
-        digest.update(np.ascontiguousarray(dataset.images).data)
+        images = dataset.images
+        shape = images.shape
+        if image_size is not None and image_size != shape[1]:
+            shape = (shape[0], image_size, image_size, shape[3])  # what upsample_images gives
+        digest.update(repr((shape, list(dataset.class_names))).encode())
+        for start in range(0, len(images), 1024):
+            digest.update(np.ascontiguousarray(upsample_images(images[start:start + 1024], image_size)).data)
         digest.update(np.ascontiguousarray(dataset.labels, dtype=np.int64).data)
     return f"sha256:{digest.hexdigest()}"
 
@@ -140,7 +147,8 @@ def load_split(config: TrainConfig, description: dict, data, split: str | None, 
             raise DataError(f"this run held out no validation images (val_split 0); choose --split from "
                             f"{', '.join(splits)}")
         full = load_dataset(path, "train", dataset=config.dataset, progress=progress)
-        dataset = split_validation(full, config.val_split, config.data_seed)[1]
+        train, dataset = split_validation(full, config.val_split, config.data_seed)
+        _check_held_out(config, description, train, dataset, path)
     else:
         if split not in splits:
             raise DataError(f"{path} has no split {split!r}; choose --split from {', '.join(splits + ('val',))}")
@@ -151,3 +159,18 @@ def load_split(config: TrainConfig, description: dict, data, split: str | None, 
                         f"...) are not the ones the run was trained on ({len(expected)}: "
                         f"{', '.join(expected[:4])}...); point --data at the run's dataset")
     return upsample_images(dataset.images, config.image_size), dataset.labels, split
+
+
+def _check_held_out(config: TrainConfig, description: dict, train, validation, path) -> None:
+    """Refuse a rebuilt "val" split whose data is not the data the run recorded (its fingerprint)."""
+    saved = description.get("fingerprint")  # absent in checkpoints written before it was recorded
+    if not saved:
+        return
+    if config.subset is not None:
+        train = take_subset(train, config.subset, config.data_seed)
+    now = data_fingerprint(train, validation, image_size=config.image_size)
+    if now != saved:
+        where = path or "the downloaded CIFAR archive"
+        raise DataError(f"the images in {where} are not the ones the run was trained and validated on (fingerprint "
+                        f"saved {saved[:19]}..., now {now[:19]}...), so 'val', rebuilt by position, would hold other "
+                        f"images; point --data at the run's data, or score a split by name (--split test)")

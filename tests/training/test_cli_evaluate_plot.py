@@ -105,3 +105,30 @@ def test_rollout_of_identity_attention_is_the_identity_and_rows_are_normalised()
     mean = relu_like[0].mean(0)
     expected = 0.5 * mean / mean.sum(1, keepdims=True) + 0.5 * np.eye(tokens)
     np.testing.assert_allclose(attention_rollout(relu_like[:1]), expected)
+
+
+def test_evaluate_val_on_a_grown_dataset_is_refused(runs, data, tmp_path, capsys):
+    # One image more in the training split moves the held-out positions onto other images (training ones).
+    import shutil
+    grown = tmp_path / "grown"
+    shutil.copytree(data, grown)
+    shutil.copy(grown / "train" / "cat" / "000.png", grown / "train" / "cat" / "999.png")
+    for run in runs:
+        capsys.readouterr()
+        assert main(["evaluate", "--checkpoint", str(run), "--data", str(grown), "--split", "val", "--json"]) == 1
+        captured = capsys.readouterr()
+        err = captured.err.strip().splitlines()
+        assert len(err) == 1 and f"the images in {grown} are not the ones the run was trained" in err[0], err
+        assert "--data" in err[0] and "--split test" in err[0]
+        printed = json.loads(captured.out)  # --json still prints one object, with the error
+        assert printed["accuracy"] is None and "not the ones the run was trained" in printed["error"]
+        assert main(["evaluate", "--checkpoint", str(run), "--data", str(grown), "--split", "test"]) == 0
+
+
+def test_the_fingerprint_of_upsampled_images_is_computed_without_upsampling_them_all(data):
+    import dataclasses
+    from reluattn.training.run_data import data_fingerprint, upsample_images
+    train = load_dataset(data, "train")
+    whole = dataclasses.replace(train, images=upsample_images(train.images, 16))
+    assert data_fingerprint(train, None, image_size=16) == data_fingerprint(whole, None)
+    assert data_fingerprint(train, None, image_size=16) != data_fingerprint(train, None)
