@@ -263,6 +263,7 @@ class _Loop:
 
     def validate(self, done: int) -> None:
         validation = self.run_data.validation
+        self.check_params(done)  # a record scored with NaN parameters would be drawn as a real point
         began = time.perf_counter()
         result = self.engine.evaluate(validation.images, validation.labels)
         seconds = time.perf_counter() - began
@@ -282,10 +283,16 @@ class _Loop:
             _status(self.stdout, message)
         self.interval_start = time.perf_counter()
 
-    def save(self, done: int) -> None:
+    def check_params(self, done: int):
+        """The host parameters, after stopping the run if any is NaN or infinite (an update can make them so
+        from a finite loss)."""
         params = self.engine.host_params()
         if not all(np.all(np.isfinite(leaf)) for leaf in flatten(params).values()):
             self.non_finite(f"the parameters became non-finite by step {done}")
+        return params
+
+    def save(self, done: int) -> None:
+        params = self.check_params(done)
         state = {"epoch": self.epoch_of(done), "seed": self.config.seed, "validation": self.history,
                  "elapsed": round(self.elapsed(), 3)}
         config = dict(self.config.to_dict(), data=self.run_data.description)

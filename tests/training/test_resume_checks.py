@@ -116,6 +116,26 @@ def test_a_non_finite_checkpoint_is_never_saved(tmp_path):
     assert list_checkpoints(tmp_path) == []
 
 
+def test_no_validation_record_is_written_from_non_finite_parameters(data, tmp_path, capsys, monkeypatch):
+    # The update of step 4 (a validation step) makes the parameters NaN while its loss, computed before the
+    # update, is finite: the run must stop without scoring them.
+    from reluattn.training.engine import NumpyEngine
+    from reluattn.training.run_dir import read_metrics
+    original = NumpyEngine.step
+
+    def step(self, step, indices):
+        metrics = original(self, step, indices)
+        if step == 3:
+            self.params["head"]["b"] = np.full_like(self.params["head"]["b"], np.nan)
+        return metrics
+
+    monkeypatch.setattr(NumpyEngine, "step", step)
+    out = tmp_path / "run"
+    line = one_error_line(capsys, numpy_run(data, out))
+    assert "parameters became non-finite by step 4" in line and "no checkpoint had been saved yet" in line
+    assert [r for r in read_metrics(out) if r["split"] != "train"] == []
+
+
 # ------------------------------------------------------------------------------ 12. clear user errors
 
 def test_seed_beyond_64_bits_is_a_clear_error(data, tmp_path, capsys):
