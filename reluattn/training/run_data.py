@@ -22,7 +22,8 @@ import numpy as np
 from ..data import (DataError, data_source, detect_format, index_image_folder, load_dataset, split_validation,
                     take_subset)
 from ..data.cifar import SPLITS as CIFAR_SPLITS
-from .config import TrainConfig
+from ..data.limits import IMAGE_SIDE_VARIABLE, image_side_limit
+from .config import TrainConfig, memory_available_bytes
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,22 @@ def upsample_images(images: np.ndarray, size: int | None) -> np.ndarray:
     return np.repeat(np.repeat(images, factor, axis=1), factor, axis=2)  # (N, size, size, C)
 
 
+def check_upsampled_size(size: int | None, count: int, channels: int) -> None:
+    """Refuse an --image-size over the image-side limit, or whose upsampled images would not fit in memory."""
+    if size is None:
+        return
+    limit = image_side_limit()
+    if size > limit:
+        raise ValueError(f"--image-size {size} is over the {limit}-pixel limit on image sides; choose a smaller "
+                         f"--image-size (or raise {IMAGE_SIDE_VARIABLE} if the machine can hold it)")
+    needed = count * size * size * channels  # uint8 pixels of the upsampled training and validation images
+    available = memory_available_bytes()
+    if available is not None and needed > available:
+        raise ValueError(f"--image-size {size} would hold {count:,} images of {size}x{size}x{channels} bytes, "
+                         f"{needed / 2**30:,.1f} GiB, more than the {available / 2**30:,.1f} GiB of memory "
+                         f"available now; choose a smaller --image-size (or --subset)")
+
+
 def _upsampled(dataset, size: int | None):
     if size is None or dataset is None:
         return dataset
@@ -113,6 +130,7 @@ def load_run_data(config: TrainConfig, data=None, *, progress: bool = True) -> R
     if config.subset is not None:
         train = take_subset(train, config.subset, config.data_seed)
     stored_size, _, channels = train.images.shape[1:]
+    check_upsampled_size(config.image_size, len(train) + (0 if validation is None else len(validation)), channels)
     mean, std = channel_statistics(train.images)  # nearest-neighbour upsampling leaves them exactly as they are
     train, validation = _upsampled(train, config.image_size), _upsampled(validation, config.image_size)
     image_size = train.images.shape[1]

@@ -274,16 +274,17 @@ def load_checkpoint(path, attempts: int = 5) -> dict:
 # ------------------------------------------------------------------------------------------ metrics.jsonl
 
 def read_metrics(path) -> list[dict]:
-    """The records of a metrics.jsonl (a run directory or the file); lines cut off by a crash are skipped."""
+    """The records of a metrics.jsonl (a run directory or the file); lines cut off by a crash (or that are
+    not JSON text at all) are skipped."""
     path = Path(path)
     if path.is_dir():
         path = path / METRICS
     records = []
-    with open(path) as handle:
+    with open(path, "rb") as handle:
         for line in handle:
             try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
+                record = json.loads(line.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):  # damaged, not a record
                 continue
             if isinstance(record, dict) and isinstance(record.get("step"), int):
                 records.append(record)

@@ -257,6 +257,23 @@ def test_a_second_ctrl_c_still_names_the_last_checkpoint(data, tmp_path, capsys,
     assert resolve_checkpoint(out).name == "step_00000004"
 
 
+def test_a_second_ctrl_c_during_pruning_names_the_checkpoint_latest_names(data, tmp_path, capsys, monkeypatch):
+    from reluattn.training import run_dir
+    original = run_dir._prune
+
+    def prune(root, kept, newest):  # Ctrl-C twice while checkpoint 8 prunes checkpoint 4 (LATEST names 8)
+        if newest == "step_00000008":
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+        original(root, kept, newest)
+
+    monkeypatch.setattr(run_dir, "_prune", prune)
+    out = tmp_path / "run"
+    line = one_error_line(capsys, numpy_run(data, out, steps=12, **{"--keep-checkpoints": 1}), code=130)
+    assert resolve_checkpoint(out).name == "step_00000008"
+    assert str(out / "checkpoints" / "step_00000008") in line and "--resume" in line
+
+
 def test_every_test_the_promises_in_the_docs_name_exists():
     """docs/training.md's "What reluattn promises about your files" points at tests; each must exist."""
     import ast
