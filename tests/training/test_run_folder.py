@@ -218,6 +218,23 @@ def test_planted_symlinks_under_temporary_names_are_never_written_through(data, 
     assert victim.read_bytes() == b"precious"
 
 
+def test_files_and_folders_get_the_mode_the_umask_gives_not_a_private_one(data, tmp_path, capsys):
+    # A teammate in the user's group can read (and so evaluate) a shared run, as with any file the user makes.
+    previous = os.umask(0o022)
+    try:
+        out = tmp_path / "run"
+        assert main(numpy_run(data, out, steps=8)) == 0
+        assert main(["plot", str(out), "--output", str(out / "curves.png")]) == 0
+        files.write_atomically(out / "metrics.jsonl", (out / "metrics.jsonl").read_text())  # as a resume rewrites it
+    finally:
+        os.umask(previous)
+    modes = {name: oct(os.stat(out / name).st_mode & 0o777) for name in
+             ("checkpoints/LATEST", "summary.json", "metrics.jsonl", "curves.png", "checkpoints/step_00000008",
+              "checkpoints")}
+    assert modes == {"checkpoints/LATEST": "0o644", "summary.json": "0o644", "metrics.jsonl": "0o644",
+                     "curves.png": "0o644", "checkpoints/step_00000008": "0o755", "checkpoints": "0o755"}
+
+
 def test_a_full_disk_names_the_file_it_could_not_write(data, tmp_path, capsys, monkeypatch):
     real_write = os.write
 
