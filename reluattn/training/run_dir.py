@@ -39,10 +39,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config import ViTConfig
-from ..params import flatten, param_shapes, unflatten
+from ..params import flatten, unflatten
 from .files import append_line, fsync_dir, make_temporary_dir, write_atomically
-from .npz_files import Vanished, elements, read_npz
+from .npz_files import DoesNotFit, Vanished, expected_param_shapes, opt_state_fits, params_fit, read_npz
 from .run_folder import CHECKPOINT_FILES as FILES, CHECKPOINTS, LATEST, METRICS, SUMMARY, remove_our_files
 
 
@@ -160,8 +159,11 @@ def resolve_checkpoint(path) -> Path:
 def _read_npz(path: Path, check=None) -> dict:
     try:
         return read_npz(path, check)
-    except (Vanished, CheckpointError):
+    except Vanished:
         raise
+    except DoesNotFit as error:
+        raise CheckpointError(f"the arrays in {path} do not fit its config.json ({error}); the checkpoint is "
+                              f"corrupted — resume from an earlier checkpoint or start a new run") from None
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as error:
         raise CheckpointError(f"{path} is corrupted or not a checkpoint array file ({error}); "
                               f"resume from an earlier checkpoint or start a new run") from None
@@ -189,54 +191,6 @@ def config_digest(text: str) -> str:
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
-def _expected_shapes(config: dict, path: Path) -> dict | None:
-    """{leaf: shape} of the parameters config.json's model has, or None when it holds no training config."""
-    if not isinstance(config.get("model"), dict):
-        return None
-    try:
-        model = ViTConfig.from_dict(config["model"])
-    except (ValueError, TypeError) as error:
-        raise CheckpointError(f"{path}'s model is not a valid ViTConfig ({error}); the checkpoint is corrupted or "
-                              f"from another version") from None
-    return flatten(param_shapes(model), is_leaf=lambda leaf: isinstance(leaf, tuple))
-
-
-def _params_fit(expected: dict | None, path: Path):
-    """A check for read_npz: params.npz declares exactly the leaves and shapes of config.json's model."""
-    def check(declared: dict) -> None:
-        if expected is None:
-            return
-        got = {name: shape for name, (shape, _) in declared.items()}
-        problems = [f"missing {name}" for name in expected if name not in got]
-        problems += [f"{name} has shape {got[name]}, expected {expected[name]}" for name in expected
-                     if name in got and got[name] != tuple(expected[name])]
-        problems += [f"unexpected leaf {name} {got[name]}" for name in got if name not in expected]
-        problems += [f"{name} is {dtype}, not floating point" for name, (_, dtype) in declared.items()
-                     if dtype.kind != "f"]
-        if problems:
-            shown = "; ".join(problems[:4]) + (f"; and {len(problems) - 4} more" if len(problems) > 4 else "")
-            raise CheckpointError(f"the arrays in {path} do not fit its config.json ({shown}); the checkpoint is "
-                                  f"corrupted — resume from an earlier checkpoint or start a new run")
-    return check
-
-
-def _opt_state_bounded(expected: dict | None, path: Path):
-    """A check for read_npz: no optimizer array larger than the largest parameter, and no more of them in all
-    than four copies of the parameters (AdamW keeps two; the backend's restore checks the exact layout)."""
-    def check(declared: dict) -> None:
-        if expected is None:
-            return
-        largest = max(elements(shape) for shape in expected.values())
-        total = sum(elements(shape) for shape in expected.values())
-        sizes = {name: elements(shape) for name, (shape, _) in declared.items()}
-        too_big = [f"{name} {declared[name][0]}" for name, size in sizes.items() if size > largest]
-        if too_big or sum(sizes.values()) > 4 * total + 1024:
-            detail = f"{', '.join(too_big[:3])} larger than any parameter" if too_big else "more arrays than the model"
-            raise CheckpointError(f"the optimizer state in {path} does not fit its config.json ({detail}); the "
-                                  f"checkpoint is corrupted — resume from an earlier checkpoint or start a new run")
-    return check
-
-
 def _load_directory(directory: Path) -> dict:
     config_path = directory / "config.json"
     config = _read_json(config_path)
@@ -246,9 +200,13 @@ def _load_directory(directory: Path) -> dict:
         raise CheckpointError(f"{config_path} was changed after the checkpoint was written (its SHA-256 is not the "
                               f"one state.json records), so it no longer describes params.npz; restore the original "
                               f"config.json, or use another checkpoint")
-    expected = _expected_shapes(config, config_path)
-    params = _read_npz(directory / "params.npz", _params_fit(expected, directory / "params.npz"))
-    opt_state = _read_npz(directory / "opt_state.npz", _opt_state_bounded(expected, directory / "opt_state.npz"))
+    try:
+        expected = expected_param_shapes(config)
+    except ValueError as error:
+        raise CheckpointError(f"{config_path}'s model is not a valid ViTConfig ({error}); the checkpoint is "
+                              f"corrupted or from another version") from None
+    params = _read_npz(directory / "params.npz", params_fit(expected))
+    opt_state = _read_npz(directory / "opt_state.npz", opt_state_fits(expected))
     return {"path": directory, "config": config, "params": unflatten(params), "opt_state": opt_state,
             "state": state}
 

@@ -131,7 +131,7 @@ def test_params_that_do_not_fit_are_refused_even_by_a_complete_run(run, capsys, 
 def test_an_oversized_optimizer_array_is_refused_from_its_header(run, capsys):
     rewrite_npz(latest(run) / "opt_state.npz", declare=("0/mu/head/b", (1_000_000,)))
     line = one_error_line(capsys, ["train", "--no-progress", "--out", str(run), "--resume"])
-    assert "opt_state.npz does not fit its config.json" in line and "larger than any parameter" in line
+    assert "opt_state.npz do not fit its config.json" in line and "larger than any parameter" in line
 
 
 # --------------------------------------------------------------------------------- config.json is bound
