@@ -24,8 +24,9 @@ SIGINT (Ctrl-C) and SIGTERM finish the current step, save a checkpoint and retur
 second one stops at once, naming the last checkpoint.
 
 A run holds its folder's lock from start to end; a new run starts only in a new or empty folder or one
-of its own that stopped before it logged or saved anything, and a resumed one reads the data its checkpoint recorded unless
-given other data (run_folder.py, resume.py).
+of its own that stopped before it logged or saved anything (and reads its data before it makes the
+folder), and a resumed one reads the data its checkpoint recorded unless given other data
+(run_folder.py, resume.py).
 """
 
 from __future__ import annotations

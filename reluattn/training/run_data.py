@@ -6,9 +6,9 @@
 
 `evaluate` and `attention` rebuild the same "val" split from a checkpoint's config, so a run's held-out
 images can be scored again later; the images it rebuilds from must have the fingerprint the checkpoint
-recorded, or the positions would pick other images (training ones, in a grown or repacked dataset). With `image_size` set (`--image-size`), every split is upsampled to it by
-nearest neighbour (each pixel repeated factor x factor times; see `upsample_images`), for training and
-evaluation alike.
+recorded, or the positions would pick other images (training ones, in a grown or repacked dataset).
+With `image_size` set (`--image-size`), every split is upsampled to it by nearest neighbour (each pixel
+repeated factor x factor times; see `upsample_images`), for training and evaluation alike.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Fault injection: a short training is killed with SIGKILL at random moments, several times in a row, and
-resumed each time (started again, its metrics.jsonl deleted, when no checkpoint was saved yet); it ends bit-identical to a run that
-never stopped, with each step logged once and no temporary left behind.
+resumed each time (started again, its metrics.jsonl deleted, when no checkpoint was saved yet); it ends
+bit-identical to a run that never stopped, with each step logged once and no temporary left behind.
 
 The moments are random (a seeded generator picks each delay after the run says it is training, within
 the time the uninterrupted run took), so a kill can land anywhere: inside a step, a metrics append, a
