@@ -191,7 +191,7 @@ def check_fresh_run_folder(run_dir, had_lock_file: bool) -> None:
     reluattn run that stopped before it logged or saved anything (`earlier_run`).
 
     `had_lock_file`: whether the lock file was there before this run took the lock (a run folder marks
-    itself with it; a run killed before its first checkpoint may be started again)."""
+    itself with it; a run of ours killed before it logged or saved anything may be started again)."""
     run_dir = Path(run_dir)
     if has_complete_checkpoint(run_dir):
         raise RunFolderError(f"{run_dir} already holds a run with checkpoints; pass --resume to continue it, or "
