@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ..progress import tqdm
 
-from .cache import cache_dir
+from .cache import cache_dir, new_file_mode
 from .errors import DataError, DataWarning
 
 
@@ -92,7 +92,7 @@ def _open_part(part: Path, offset: int):
         return os.fdopen(fd, "r+b")
     fd, temporary = tempfile.mkstemp(prefix=f".{part.name}.", suffix=".tmp", dir=part.parent)
     try:
-        os.fchmod(fd, 0o644)
+        os.fchmod(fd, new_file_mode())
         os.replace(temporary, part)  # replaces a planted link itself, never what it points at
     except OSError:
         os.close(fd)
