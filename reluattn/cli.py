@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import traceback
 import warnings
@@ -188,8 +189,12 @@ def train_config_from_args(args, base):
                  if value is not None}
     if attention:
         model = model.replace(attention=model.attention.replace(**attention))
-    if _model_overrides(args):
-        model = model.replace(**_model_overrides(args))
+    overrides = _model_overrides(args)
+    if overrides:
+        if "patch_size" in overrides:  # resolve() sets the image size from the data; until then, one that fits
+            side, patch = args.image_size or model.image_size, overrides["patch_size"]
+            overrides["image_size"] = max(-(-side // patch), 1) * patch
+        model = model.replace(**overrides)
     optimizer = base.optimizer
     changes = {}
     if args.lr is not None:
@@ -235,6 +240,39 @@ def train_config_from_args(args, base):
     return base.replace(model=model, optimizer=optimizer, augmentation=augmentation, **top)
 
 
+# Config fields whose flag is not "--" + the field's name with dashes.
+FIELD_FLAGS = {"AttentionConfig.kind": "--attention", "AttentionConfig.scale": "--attention-scale",
+               "AttentionConfig.reg_weight": "--attention-reg-weight", "OptimizerConfig.learning_rate": "--lr",
+               "AugmentationConfig.mixup_alpha": "--mixup", "AugmentationConfig.cutmix_alpha": "--cutmix",
+               "ViTConfig.mlp_activation": "--mlp-activation"}
+
+
+def _as_flags(message: str, flags: set) -> str:
+    """A config error with its field names (`TrainConfig.batch_size`) replaced by the flags that set them."""
+    def flag(match):
+        name = FIELD_FLAGS.get(match.group(0), "--" + match.group(2).replace("_", "-"))
+        return name if name in flags else match.group(0)
+    return re.sub(r"\b(TrainConfig|ViTConfig|AttentionConfig|OptimizerConfig|AugmentationConfig)\.(\w+)", flag,
+                  message)
+
+
+def _configured(args, base):
+    """train's config from `base` and the flags; a value no config takes is a usage error naming its flag."""
+    try:
+        config = train_config_from_args(args, base)
+    except ValueError as error:
+        raise UsageError(f"{PROG} train: {_as_flags(str(error), _train_flags())}") from None
+    if args.block_size is not None and config.model.attention.impl != "blocked":
+        raise UsageError(f"{PROG} train: --block-size applies only with --impl blocked; add --impl blocked or drop "
+                         f"--block-size")
+    return config
+
+
+def _train_flags() -> set:
+    commands = next(action for action in build_parser()._actions if isinstance(action, argparse._SubParsersAction))
+    return {flag for action in commands.choices["train"]._actions for flag in action.option_strings}
+
+
 def _command_train(args) -> int:
     from .training.loop import train
     from .training.presets import get_preset
@@ -249,9 +287,9 @@ def _command_train(args) -> int:
         if args.preset is not None and args.preset != saved.preset:
             raise UsageError(f"reluattn train: {out} was trained with preset {saved.preset!r}, not "
                              f"{args.preset!r}; drop --preset or start a new run with another --out")
-        config = train_config_from_args(args, saved)
+        config = _configured(args, saved)
     else:
-        config = train_config_from_args(args, get_preset(args.preset or "cpu-small"))
+        config = _configured(args, get_preset(args.preset or "cpu-small"))
         if not out:
             out = os.path.join("runs", f"{config.preset or 'custom'}-{config.model.attention.kind}")
     if args.allow_different_data and not args.resume:
@@ -263,12 +301,17 @@ def _command_train(args) -> int:
 
 def _command_evaluate(args) -> int:
     from .training.evaluation import evaluate_checkpoint
-    result = evaluate_checkpoint(args.checkpoint, data=args.data, split=args.split,
-                                 batch_size=args.batch_size, backend=args.backend, progress=not args.json,
-                                 impl=args.impl, block_size=args.block_size, fewshot=args.fewshot,
-                                 fewshot_seeds=args.fewshot_seeds)
+    keys = ["accuracy", "loss", "n", "error"] + (list(FEWSHOT_KEYS) if args.fewshot is not None else [])
+    try:
+        result = evaluate_checkpoint(args.checkpoint, data=args.data, split=args.split,
+                                     batch_size=args.batch_size, backend=args.backend, progress=not args.json,
+                                     impl=args.impl, block_size=args.block_size, fewshot=args.fewshot,
+                                     fewshot_seeds=args.fewshot_seeds)
+    except (ValueError, OSError, RuntimeError) as error:
+        if args.json:  # still one JSON object on stdout (null scores, the error); main prints the line on stderr
+            print(json.dumps(dict(dict.fromkeys(keys), error=_one_line(error))))
+        raise
     if args.json:  # always valid JSON: null scores and an "error" when they are not finite
-        keys = ["accuracy", "loss", "n", "error"] + (list(FEWSHOT_KEYS) if args.fewshot is not None else [])
         print(json.dumps({key: result[key] for key in keys}, allow_nan=False))
     elif result["error"] is None:
         print(f"{result['split']}: accuracy {result['accuracy']:.4f}  loss {result['loss']:.4f}  "
@@ -378,7 +421,10 @@ def main(argv=None) -> int:
     previous_show_warning = warnings.showwarning
     warnings.showwarning = _one_line_data_warnings(previous_show_warning)
     try:
-        args = build_parser().parse_args(argv)
+        args, unknown = build_parser().parse_known_args(argv)
+        if unknown:  # after the command: its own --help lists what it takes
+            raise UsageError(f"{PROG} {args.command}: unrecognized arguments: {' '.join(unknown)} (see {PROG} "
+                             f"{args.command} --help)")
         return COMMANDS[args.command](args)
     except SystemExit as exit_:  # --help and --version
         return exit_.code if isinstance(exit_.code, int) else 0

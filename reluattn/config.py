@@ -49,6 +49,9 @@ KINDS_WITHOUT_LENGTH_FACTOR = ("softmax", "sigmoid_bias")
 KINDS_WITH_SIGNED_WEIGHTS = ("gelu", "identity")
 
 
+FLOAT32_MAX = 3.4028234663852886e38
+
+
 def _check_int(owner: str, name: str, value, minimum: int = 1) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{owner}.{name} must be an int, got {value!r} ({type(value).__name__})")
@@ -69,6 +72,8 @@ def _check_bool(owner: str, name: str, value) -> None:
 def _check_float(owner: str, name: str, value, *, minimum: float | None = None, positive: bool = False):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(f"{owner}.{name} must be a finite number, got {value!r}")
+    if abs(value) > FLOAT32_MAX:  # the models compute in float32 (or narrower): it would be infinite there
+        raise ValueError(f"{owner}.{name} must be below {FLOAT32_MAX:.4g} (the largest float32), got {value!r}")
     if minimum is not None and value < minimum:
         raise ValueError(f"{owner}.{name} must be >= {minimum}, got {value}")
     if positive and value <= 0:

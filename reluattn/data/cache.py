@@ -89,11 +89,27 @@ def read_cache(path: Path, key: str):
     return images, labels, class_names, kind
 
 
+def new_file_mode() -> int:
+    """The mode `open` gives a new file under the process's umask (mkstemp's own 0600 would keep a cache
+    folder shared with RELUATTN_CACHE from the user's group)."""
+    try:
+        with open("/proc/self/status") as status:  # reads the umask without changing it (Linux >= 4.7)
+            for line in status:
+                if line.startswith("Umask:"):
+                    return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def atomic_write(path: Path, write) -> None:
     """Call `write(file)` on a temporary file beside `path`, then rename it to `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
     try:
+        os.fchmod(handle, new_file_mode())
         with os.fdopen(handle, "wb") as file:
             write(file)
             file.flush()

@@ -153,7 +153,7 @@ def read_cifar_archive(path, split: str = "train", expected: str | None = None):
                         raise DataError(f"{source} holds two members named {name}; use the official archive")
                     what = f"{source}:{member.name}"
                     check_declared(what, member.size)  # a tar member holds exactly its declared size
-                    files[name] = load_pickle(archive.extractfile(member), what)  # streamed, never whole
+                    files[name] = load_pickle(archive.extractfile(member), what, member.size)  # streamed
     except DataError:
         raise
     except (tarfile.TarError, EOFError, zlib.error, OSError) as error:
@@ -203,8 +203,9 @@ def read_cifar_folder(path, split: str = "train", expected: str | None = None):
         if file.is_file():
             try:
                 with open(file, "rb") as stream:
-                    check_declared(str(file), os.fstat(stream.fileno()).st_size, "is")
-                    files[name] = load_pickle(stream, f"{folder}:{name}")  # streamed, never whole
+                    size = os.fstat(stream.fileno()).st_size
+                    check_declared(str(file), size, "is")
+                    files[name] = load_pickle(stream, f"{folder}:{name}", size)  # streamed, never whole
             except OSError as error:
                 raise DataError(f"cannot read {file} ({error.strerror or error}); check its permissions") from error
     return (*_assemble(layout, split, files, str(folder)), layout.name)

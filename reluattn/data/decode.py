@@ -40,6 +40,10 @@ EIGHT_BIT_MODES = ("1", "L", "LA", "La", "P", "PA", "RGB", "RGBA", "RGBa", "RGBX
 _reader = None  # in a worker process: the open source, set once by _open_source
 
 
+# The compression methods Python's zipfile unpacks (stored, deflate, bzip2, lzma).
+ZIP_METHODS = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA)
+
+
 class _Reader:
     """Reads member bytes from a folder or a zip (kept open)."""
 
@@ -55,6 +59,12 @@ class _Reader:
             if self.archive is not None:
                 info = self.archive.getinfo(member)
                 check_declared(what, info.file_size, limit=self.limit)
+                if info.flag_bits & 0x1:  # zipfile would ask for a password (a RuntimeError showing a ZipInfo)
+                    raise DataError(f"{what} is encrypted; reluattn reads only archives without a password: "
+                                    f"re-pack it without one")
+                if info.compress_type not in ZIP_METHODS:  # e.g. Deflate64 (9), which zipfile cannot unpack
+                    raise DataError(f"{what} is compressed with zip method {info.compress_type}, which Python's "
+                                    f"zipfile cannot unpack; re-pack the archive with plain deflate (zip -r)")
                 with self.archive.open(info) as file:
                     return read_limited(file, what, self.limit)  # in blocks: a deflate stream may hold more
             # O_NONBLOCK: opening a FIFO put there since indexing returns at once instead of hanging

@@ -1,6 +1,7 @@
 """Fetching the canonical CIFAR archives into the cache folder, resumably and checksum-verified.
 
-The file grows as `<name>.part`; a cut connection is resumed with an HTTP Range request (or restarted when
+The file grows as `<name>.part` (a new private file renamed into place, so a symlink planted under that name
+is replaced, never written through); a cut connection is resumed with an HTTP Range request (or restarted when
 the server ignores Range), the finished file's MD5 is checked against the published one, and only then is
 it renamed to its real name. An archive already in the cache is verified again before each use (one MD5
 pass over the file); one whose MD5 is wrong is moved aside (`<name>.md5-mismatch`, never deleted)
@@ -12,6 +13,8 @@ from __future__ import annotations
 import hashlib
 import http.client
 import os
+import stat
+import tempfile
 import urllib.error
 import urllib.request
 import warnings
@@ -20,7 +23,7 @@ from pathlib import Path
 
 from ..progress import tqdm
 
-from .cache import cache_dir
+from .cache import cache_dir, new_file_mode
 from .errors import DataError, DataWarning
 
 
@@ -72,13 +75,39 @@ def _range_start(response) -> int | None:
         return None
 
 
+def _part_size(part: Path) -> int:
+    """Bytes already in `part` to resume from: 0 unless it is a regular file (never read through a link)."""
+    try:
+        status = os.lstat(part)
+    except FileNotFoundError:
+        return 0
+    return status.st_size if stat.S_ISREG(status.st_mode) else 0
+
+
+def _open_part(part: Path, offset: int):
+    """`part` opened for writing without following a link planted under its name: appended to when resuming,
+    else a new private file (mkstemp) renamed over whatever had the name."""
+    if offset:
+        fd = os.open(part, os.O_RDWR | os.O_NOFOLLOW)  # _part_size saw a regular file; a link now is refused
+        return os.fdopen(fd, "r+b")
+    fd, temporary = tempfile.mkstemp(prefix=f".{part.name}.", suffix=".tmp", dir=part.parent)
+    try:
+        os.fchmod(fd, new_file_mode())
+        os.replace(temporary, part)  # replaces a planted link itself, never what it points at
+    except OSError:
+        os.close(fd)
+        os.unlink(temporary)
+        raise
+    return os.fdopen(fd, "wb")
+
+
 def _transfer(response, part: Path, offset: int, progress: bool, label: str) -> tuple[int, int | None]:
     """Append the response body to `part` from `offset` (0: write it afresh); returns (bytes now in part,
     expected total, or None when the server did not say)."""
     length = response.headers.get("Content-Length")
     total = offset + int(length) if length is not None and length.isdigit() else None
     received = offset
-    with open(part, "r+b" if offset else "wb") as file, \
+    with _open_part(part, offset) as file, \
             tqdm(total=total, initial=offset, unit="B", unit_scale=True, unit_divisor=1024, desc=label,
                  disable=not progress, leave=False) as bar:
         file.seek(offset)
@@ -108,7 +137,7 @@ def download(url: str, destination, md5: str, *, progress: bool = True, timeout:
                         f"set RELUATTN_CACHE to a writable folder") from error
     name = destination.name
     for attempt in range(attempts):
-        offset = part.stat().st_size if part.exists() else 0
+        offset = _part_size(part)
         try:
             response = _open(url, offset, timeout)
         except urllib.error.HTTPError as error:
@@ -147,7 +176,7 @@ def download(url: str, destination, md5: str, *, progress: bool = True, timeout:
                             f"was corrupted (or the file changed) and was deleted: run again, or use a local copy")
         os.replace(part, destination)
         return destination
-    have = part.stat().st_size if part.exists() else 0
+    have = _part_size(part)
     raise DataError(f"the download of {name} from {url} broke off {attempts} times ({have} bytes kept in {part}); "
                     f"run again to resume, or point --data (or RELUATTN_DATA) at a local copy")
 

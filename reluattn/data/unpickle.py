@@ -11,6 +11,13 @@ re-pickled under Python 3 also name four harmless helpers, admitted here with th
 
 Object dtypes are refused in all of them (they would unpickle arbitrary objects). Everything else is
 refused with a message naming the callable and why (the same approach as PyTorch's `weights_only` loader).
+
+An array's shape costs nothing in a pickle: `numpy.ndarray((10**7, 3072), 'u1')` is a few bytes that would
+allocate 30 GB. So the memory an array may take before its bytes arrive (numpy.ndarray called directly,
+_reconstruct's shape, a scalar's dtype) is bounded, over the whole file, by the file's own size (`budget`),
+and such arrays are zero-filled rather than handed out uninitialised. NumPy's own pickles allocate (0,)
+there and then fill the array from bytes the file carries, which ndarray.__setstate__ checks against the
+shape before it allocates.
 """
 
 from __future__ import annotations
@@ -62,6 +69,30 @@ def _plain_scalar(dtype, *state):
     return scalar(_plain(dtype, "a NumPy scalar"), *state)
 
 
+class _Allocations:
+    """What the arrays a pickle makes without carrying their bytes may cost together: at most `budget` bytes."""
+
+    def __init__(self, budget: int):
+        self.budget = budget
+        self.spent = 0
+
+    def take(self, shape, dtype: np.dtype, what: str) -> tuple:
+        try:
+            shape = tuple(int(n) for n in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+        except (TypeError, ValueError):
+            raise _Refused(f"{what} with the shape {shape!r:.60}, which is not a tuple of whole numbers") from None
+        if any(n < 0 for n in shape):
+            raise _Refused(f"{what} with the negative shape {shape}")
+        size = dtype.itemsize
+        for n in shape:
+            size *= n  # Python ints: no overflow
+        if self.spent + size > self.budget:
+            raise _Refused(f"{what} with the shape {shape} of {dtype}, {size:,} bytes, more than the "
+                           f"{self.budget:,}-byte file could hold (an array named by its shape alone)")
+        self.spent += size
+        return shape
+
+
 class RestrictedUnpickler(pickle.Unpickler):
     """An unpickler for CIFAR batches; see the module's docstring for what it admits."""
 
@@ -79,12 +110,35 @@ class RestrictedUnpickler(pickle.Unpickler):
         ("numpy._core.multiarray", "scalar"): _plain_scalar,
     }
 
-    def __init__(self, file, source: str):
+    def __init__(self, file, source: str, budget: int):
         super().__init__(file, encoding="bytes")  # Python-2 str values stay bytes, as the format expects
         self.source = source
+        self.allocations = _Allocations(budget)
+        # The shape-checked stand-ins for the callables that allocate by shape (see the module docstring).
+        self.bounded = {np.ndarray: self._ndarray, _reconstruct: self._reconstruct, _plain_scalar: self._scalar}
+
+    def _ndarray(self, shape, dtype=float, *rest, **keywords):
+        if rest or keywords:  # buffer=, offset=, strides=: views of other objects, which NumPy never pickles
+            raise _Refused("numpy.ndarray with a buffer, offset or strides; only a shape and a dtype are admitted")
+        dtype = _plain(dtype, "numpy.ndarray")
+        return np.zeros(self.allocations.take(shape, dtype, "numpy.ndarray"), dtype)
+
+    def _reconstruct(self, subtype, shape, dtype):
+        if subtype != self._ndarray:
+            raise _Refused(f"_reconstruct of {getattr(subtype, '__name__', subtype)!r:.40}; only numpy.ndarray is "
+                           f"admitted")
+        dtype = _plain(dtype, "_reconstruct")
+        array = _reconstruct(np.ndarray, self.allocations.take(shape, dtype, "_reconstruct"), dtype)
+        array.fill(0)  # never hand out uninitialised memory (NumPy's own pickles fill it from their bytes)
+        return array
+
+    def _scalar(self, dtype, *state):
+        self.allocations.take((), _plain(dtype, "a NumPy scalar"), "a NumPy scalar")
+        return _plain_scalar(dtype, *state)
 
     def find_class(self, module, name):
         allowed = self.ALLOWED.get((module, name))
+        allowed = self.bounded.get(allowed, allowed)
         if allowed is None:
             raise DataError(f"{self.source} is not a plain CIFAR batch: its pickle asks for {module}.{name}, "
                             f"which is not one of the array and bytes constructors a CIFAR batch needs and "
@@ -95,12 +149,18 @@ class RestrictedUnpickler(pickle.Unpickler):
         raise DataError(f"{self.source} is not a plain CIFAR batch (it uses persistent ids); refusing to load it")
 
 
-def load_pickle(file, source: str):
+def load_pickle(file, source: str, budget: int | None = None):
     """Unpickle `file` (bytes or a readable binary file, read as a stream) with `RestrictedUnpickler`;
-    `source` names the file in error messages."""
-    stream = io.BytesIO(file) if isinstance(file, (bytes, bytearray)) else file
+    `source` names the file in error messages. `budget`: the file's size in bytes (bytes: their length),
+    which bounds the arrays it may make from a shape alone."""
+    if isinstance(file, (bytes, bytearray)):
+        stream, budget = io.BytesIO(file), len(file) if budget is None else budget
+    else:
+        stream = file
+        if budget is None:
+            raise TypeError("load_pickle of a stream needs its size as budget=")
     try:
-        return RestrictedUnpickler(stream, source).load()
+        return RestrictedUnpickler(stream, source, budget).load()
     except DataError:
         raise
     except _Refused as error:

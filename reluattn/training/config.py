@@ -175,19 +175,35 @@ def training_memory_bytes(model: ViTConfig) -> int:
     return 4 * 4 * sum(math.prod(shape) for shape in shapes.values())
 
 
-def check_fits_in_memory(model: ViTConfig) -> None:
-    """A clear error, before anything is allocated, for a model this machine cannot hold."""
-    needed = training_memory_bytes(model)
+def memory_available_bytes() -> int | None:
+    """The memory a new allocation can get now without swapping (Linux's MemAvailable; else the free
+    pages), or None where neither is knowable."""
     try:
-        available = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):  # not knowable here: let the allocation decide
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_fits_in_memory(model: ViTConfig) -> None:
+    """A clear error, before anything is allocated, for a model this machine cannot hold now (a lower bound
+    compared with the memory available, not the total: other programs hold the rest)."""
+    needed = training_memory_bytes(model)
+    available = memory_available_bytes()
+    if available is None:  # not knowable here: let the allocation decide
         return
     if needed > available:
         gib = 2.0 ** 30
         raise ValueError(f"this model has {needed // 16:,} parameters; training it needs at least "
                          f"{needed / gib:,.1f} GiB (float32 parameters, gradients and two AdamW moments, "
-                         f"activations not counted), more than this machine's {available / gib:,.1f} GiB of "
-                         f"memory; choose a smaller --dim, --depth or --mlp-dim")
+                         f"activations not counted), more than the {available / gib:,.1f} GiB of memory available "
+                         f"now; choose a smaller --dim, --depth or --mlp-dim")
 
 
 def config_differences(saved: dict, new: dict, prefix: str = "", ignore=OPERATIONAL_FIELDS) -> list[str]:
@@ -215,4 +231,4 @@ def train_config_from_dict(data: dict) -> TrainConfig:
 
 
 __all__ = ["AugmentationConfig", "TrainConfig", "COMPUTE_DTYPES", "OPERATIONAL_FIELDS", "check_fits_in_memory",
-           "config_differences", "train_config_from_dict", "training_memory_bytes"]
+           "config_differences", "memory_available_bytes", "train_config_from_dict", "training_memory_bytes"]

@@ -60,6 +60,11 @@ def with_attention_impl(config, impl=None, block_size=None):
     if not changes:
         return config
     model = config.model
+    if block_size is not None and changes.get("impl", model.attention.impl) != "blocked":
+        raise ValueError(f"--block-size applies only with --impl blocked (this checkpoint computes attention "
+                         f"{model.attention.impl}); add --impl blocked or drop --block-size")
+    if changes.get("impl") == "blocked":
+        changes["reg_weight"] = 0.0  # the regulariser is a training loss term: scoring never computes it
     return config.replace(model=model.replace(attention=model.attention.replace(**changes)))
 
 
@@ -96,7 +101,8 @@ def evaluate_checkpoint(checkpoint, data=None, split=None, *, batch_size: int = 
     if fewshot is not None and outcome["error"] is None:
         from .fewshot import fewshot_accuracy, pre_logits
         features = pre_logits(trained["params"], images, config.model, mean, std, chosen, batch_size)  # (N, D)
-        result.update(fewshot_accuracy(features, labels, fewshot, fewshot_seeds))
+        result.update(fewshot_accuracy(features, labels, fewshot, fewshot_seeds,
+                                       class_names=trained["data"]["class_names"]))
     elif fewshot is not None:  # a probe on non-finite features means nothing either
         from .fewshot import FEWSHOT_KEYS
         outcome.update(dict.fromkeys(FEWSHOT_KEYS))

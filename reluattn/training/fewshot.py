@@ -84,9 +84,11 @@ def check_fewshot_arguments(shots, seeds) -> None:
         raise ValueError(f"--fewshot-seeds must be a positive whole number, got {seeds!r}")
 
 
-def fewshot_accuracy(features, labels, shots: int = 10, seeds: int = 5, l2: float = L2_REG) -> dict:
+def fewshot_accuracy(features, labels, shots: int = 10, seeds: int = 5, l2: float = L2_REG,
+                     class_names=None) -> dict:
     """{"fewshot_accuracy" (mean over seeds), "fewshot_std" (over seeds), "fewshot_shots", "fewshot_seeds",
-    "fewshot_n" (images scored per draw)} of the K-shot probe on (features (N, D), labels (N,))."""
+    "fewshot_n" (images scored per draw)} of the K-shot probe on (features (N, D), labels (N,));
+    `class_names` (by label) name a class that has too few images."""
     check_fewshot_arguments(shots, seeds)
     labels = np.asarray(labels, dtype=np.int64)
     classes = np.unique(labels)
@@ -95,8 +97,9 @@ def fewshot_accuracy(features, labels, shots: int = 10, seeds: int = 5, l2: floa
     counts = {int(c): int(np.sum(labels == c)) for c in classes}
     short = [c for c, n in counts.items() if n <= shots]
     if short:
+        name = f"{class_names[short[0]]!r} ({short[0]})" if class_names is not None else str(short[0])
         raise ValueError(f"--fewshot {shots} needs more than {shots} images of every class in the split; class "
-                         f"{short[0]} has {counts[short[0]]}; lower --fewshot or choose a larger --split")
+                         f"{name} has {counts[short[0]]}; lower --fewshot or choose a larger --split")
     # Classes renumbered 0..K-1 among those present, so the targets have no empty columns.
     dense = np.searchsorted(classes, labels)  # (N,)
     accuracies = []

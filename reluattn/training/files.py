@@ -8,7 +8,8 @@ Temporaries are made with `tempfile.mkstemp` / `mkdtemp`, which create a new nam
 file or symlink planted under a predictable name is never opened, let alone written through. Every
 temporary's name is ".<target name>.<random>.tmp" (a directory's ".<prefix>-<random>.tmp"), so
 leftovers of a killed process are recognisable (run_folder.py cleans them). A failed write (a full disk, say) removes its temporary and raises an OSError that
-names the file it could not write.
+names the file it could not write. The finished file (folder) gets the mode a plain `open` (`mkdir`) would
+give it under the umask, not mkstemp's private 0600 (0700), so a run can be shared as any other file.
 """
 
 from __future__ import annotations
@@ -25,6 +26,23 @@ def _could_not_write(error: OSError, path) -> OSError:
     """The same error, naming `path` (an OSError from write() names no file)."""
     reason = "the disk is full" if error.errno == errno.ENOSPC else (error.strerror or str(error))
     return OSError(error.errno, f"could not write {path}: {reason}")
+
+
+def default_mode(directory: bool = False) -> int:
+    """The mode `open` / `mkdir` would give a new file (folder) under the process's umask; mkstemp and
+    mkdtemp make theirs private (0600 / 0700), which would keep a shared run from the user's group."""
+    mask = None
+    try:
+        with open("/proc/self/status") as status:  # reads the umask without changing it (Linux >= 4.7)
+            for line in status:
+                if line.startswith("Umask:"):
+                    mask = int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    if mask is None:
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return (0o777 if directory else 0o666) & ~mask
 
 
 def fsync_dir(path) -> None:
@@ -48,6 +66,7 @@ def write_atomically(path, content) -> Path:
     temporary = None
     try:
         fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMPORARY_MARK, dir=path.parent)
+        os.fchmod(fd, default_mode())
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -67,6 +86,7 @@ def write_atomically_with(path, write) -> Path:
     temporary = None
     try:
         fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMPORARY_MARK, dir=path.parent)
+        os.fchmod(fd, default_mode())
         os.close(fd)
         write(temporary)
         os.replace(temporary, path)
@@ -97,4 +117,6 @@ def append_line(path, line: str) -> None:
 
 def make_temporary_dir(folder, prefix: str) -> Path:
     """A new, empty directory `folder/.<prefix>-XXXX.tmp` that no one else can have made or linked."""
-    return Path(tempfile.mkdtemp(prefix=f".{prefix}-", suffix=TEMPORARY_MARK, dir=folder))
+    path = Path(tempfile.mkdtemp(prefix=f".{prefix}-", suffix=TEMPORARY_MARK, dir=folder))
+    os.chmod(path, default_mode(directory=True))
+    return path

@@ -24,13 +24,15 @@ SIGINT (Ctrl-C) and SIGTERM finish the current step, save a checkpoint and retur
 second one stops at once, naming the last checkpoint.
 
 A run holds its folder's lock from start to end; a new run starts only in a new or empty folder or one
-of its own that has no checkpoint yet, and a resumed one reads the data its checkpoint recorded unless
-given other data (run_folder.py, resume.py).
+of its own that stopped before it logged or saved anything (and reads its data before it makes the
+folder), and a resumed one reads the data its checkpoint recorded unless given other data
+(run_folder.py, resume.py).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import signal
 import sys
 import threading
@@ -45,8 +47,9 @@ from .attention_statistics import learned_length_factors, measure_attention, sta
 from .config import TrainConfig, check_fits_in_memory
 from .run_data import load_run_data
 from .resume import check_resume, resume_step, saved_train_config
-from .run_dir import CheckpointError, MetricsLog, load_checkpoint, save_checkpoint, write_summary
-from .run_folder import refuse_if_in_use, use_run_folder
+from .run_dir import (CheckpointError, MetricsLog, load_checkpoint, resolve_checkpoint, save_checkpoint,
+                      write_summary)
+from .run_folder import LOCK, check_fresh_run_folder, refuse_if_in_use, use_run_folder
 
 
 # What every backend's train step reports; anything else it reports is logged as it comes.
@@ -85,20 +88,28 @@ def train(config: TrainConfig, out, *, data=None, resume: bool = False, progress
     Without `data`, a resumed run reads the data source its checkpoint recorded; `allow_different_data`
     lets it continue on images whose fingerprint differs from the recorded one."""
     run_dir = Path(out)
+    stdout = stdout or sys.stdout
     refuse_if_in_use(run_dir)  # "in use by PID n" before anything that other run is changing
     if resume:
         saved_train_config(run_dir)  # a clear error when there is nothing (readable) to resume
-    with use_run_folder(run_dir, new_run=not resume):  # one run per folder; the lock dies with the process
-        return _train(config, run_dir, data, resume, progress, stdout or sys.stdout, allow_different_data)
+        with use_run_folder(run_dir, new_run=False):  # one run per folder; the lock dies with the process
+            checkpoint = load_checkpoint(run_dir)
+            if data is None:
+                data = checkpoint["config"].get("data", {}).get("path")  # the run's own data source
+            prepared = _prepare(config, data, checkpoint, run_dir, progress, allow_different_data)
+            return _train(prepared, run_dir, checkpoint, progress, stdout)
+    if run_dir.exists():  # a folder that is not ours is refused before the data is read (and again, locked)
+        check_fresh_run_folder(run_dir, os.path.lexists(run_dir / LOCK))
+    # The data, the schedule and the memory check come before the folder is made: a refused start leaves nothing.
+    prepared = _prepare(config, data, None, run_dir, progress, False)
+    with use_run_folder(run_dir, new_run=True):
+        return _train(prepared, run_dir, None, progress, stdout)
 
 
-def _train(config, run_dir, data, resume, progress, stdout, allow_different_data) -> TrainResult:
-    checkpoint = load_checkpoint(run_dir) if resume else None
-    if checkpoint is not None and data is None:
-        data = checkpoint["config"].get("data", {}).get("path")  # the run's own data source
-
-    from .engine import configure_jax_cpu, make_engine  # imports JAX
+def _prepare(config, data, checkpoint, run_dir, progress, allow_different_data) -> tuple:
+    """(resolved config, RunData): the run's images, its config completed for them, and the checks of both."""
     if config.backend == "jax":
+        from .engine import configure_jax_cpu  # imports JAX
         # Before loading the data: decoding starts threads, and malloc settings made after that no longer
         # reach every thread.
         configure_jax_cpu()
@@ -114,14 +125,20 @@ def _train(config, run_dir, data, resume, progress, stdout, allow_different_data
     description = run_data.description
     resolved = config.resolve(description["num_train"], description["image_size"], description["channels"],
                               len(description["class_names"]))
-    total = resolved.optimizer.total_steps
     if checkpoint is not None:
         check_resume(checkpoint["config"], resolved, description, run_dir, allow_different_data)
         if allow_different_data:  # keep the run's normalisation: the model was trained on it
             saved = checkpoint["config"]["data"]
             run_data = replace(run_data, description=dict(description, mean=saved["mean"], std=saved["std"]))
-            description = run_data.description
     check_fits_in_memory(resolved.model)
+    return resolved, run_data
+
+
+def _train(prepared, run_dir, checkpoint, progress, stdout) -> TrainResult:
+    from .engine import make_engine  # imports JAX
+    resolved, run_data = prepared
+    description = run_data.description
+    total = resolved.optimizer.total_steps
     steps_per_epoch = resolved.steps_per_epoch(description["num_train"])
     start = resume_step(checkpoint, total) if checkpoint else 0
     state = dict(checkpoint["state"]) if checkpoint else {}
@@ -271,6 +288,7 @@ class _Loop:
 
     def validate(self, done: int) -> None:
         validation = self.run_data.validation
+        self.check_params(done)  # a record scored with NaN parameters would be drawn as a real point
         began = time.perf_counter()
         result = self.engine.evaluate(validation.images, validation.labels)
         seconds = time.perf_counter() - began
@@ -290,10 +308,16 @@ class _Loop:
             _status(self.stdout, message)
         self.interval_start = time.perf_counter()
 
-    def save(self, done: int) -> None:
+    def check_params(self, done: int):
+        """The host parameters, after stopping the run if any is NaN or infinite (an update can make them so
+        from a finite loss)."""
         params = self.engine.host_params()
         if not all(np.all(np.isfinite(leaf)) for leaf in flatten(params).values()):
             self.non_finite(f"the parameters became non-finite by step {done}")
+        return params
+
+    def save(self, done: int) -> None:
+        params = self.check_params(done)
         state = {"epoch": self.epoch_of(done), "seed": self.config.seed, "validation": self.history,
                  "elapsed": round(self.elapsed(), 3)}
         config = dict(self.config.to_dict(), data=self.run_data.description)
@@ -314,8 +338,13 @@ class _Loop:
         return self.timed_images / self.timed_seconds if self.timed_seconds > 0 else None
 
     def interrupted(self) -> str:
+        try:  # what is on disk: a stop during a save's pruning comes after LATEST names the new checkpoint
+            self.last_checkpoint = resolve_checkpoint(self.run_dir)
+        except CheckpointError:
+            pass
         if self.last_checkpoint is None:
-            return f"interrupted before the first checkpoint of {self.run_dir}; start it again to train it"
+            return (f"interrupted before the first checkpoint of {self.run_dir}; to train it again there, delete its "
+                    f"metrics.jsonl first (or choose another --out)")
         return (f"interrupted at once; the last checkpoint, {self.last_checkpoint}, is intact. Resume with: "
                 f"reluattn train --out {self.run_dir} --resume")
 

@@ -35,9 +35,15 @@ def run_label(run_dir: Path) -> str:
         kind = attention["kind"]
         if kind not in ("softmax", "sigmoid_bias"):  # these two ignore alpha
             kind = f"{kind}, alpha {attention['alpha']:g}"
-        return f"{run_dir.name} ({kind})"
-    except (ValueError, OSError, KeyError, TypeError):  # no readable checkpoint yet: the name alone
-        return run_dir.name
+        return _printable(f"{run_dir.name} ({kind})")
+    except (ValueError, OSError, KeyError, TypeError, RecursionError):  # no readable checkpoint: the name alone
+        return _printable(run_dir.name)
+
+
+def _printable(text: str) -> str:
+    """`text` with the bytes of a non-UTF-8 file name (surrogate escapes) shown as U+FFFD, which matplotlib
+    can draw."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def plot_runs(run_dirs, output="curves.png") -> Path:
@@ -46,6 +52,8 @@ def plot_runs(run_dirs, output="curves.png") -> Path:
     runs = []
     for run in run_dirs:
         run = Path(run)
+        if run.name == METRICS and run.is_file():  # the run's metrics.jsonl itself
+            run = run.parent
         if not (run / METRICS).is_file():
             raise ValueError(f"{run} has no {METRICS}; pass run directories written by reluattn train (its --out)")
         records = read_metrics(run)
@@ -53,6 +61,7 @@ def plot_runs(run_dirs, output="curves.png") -> Path:
             raise ValueError(f"{run / METRICS} holds no metrics yet; train the run for a few steps first")
         runs.append((run_label(run), records))
     from matplotlib.figure import Figure  # here, so the grader's import of attention_rollout stays light
+    runs = [(label, [r for r in records if isinstance(r.get("attention", {}), dict)]) for label, records in runs]
     with_attention = any("attention" in r for _, records in runs for r in records)
     # constrained: the titles, labels and tick labels of the two rows make room for each other
     figure = Figure(figsize=(11, 8.4 if with_attention else 4.2), layout="constrained")

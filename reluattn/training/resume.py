@@ -26,8 +26,9 @@ def saved_train_config(run_dir) -> TrainConfig:
     try:
         data = json.loads(path.read_text())
         return train_config_from_dict(data)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise CheckpointError(f"{path} does not parse ({error}); the checkpoint is corrupted — resume from an "
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+        reason = "nested too deeply" if isinstance(error, RecursionError) else error
+        raise CheckpointError(f"{path} does not parse ({reason}); the checkpoint is corrupted — resume from an "
                               f"earlier one or start a new run") from None
     except ValueError as error:
         raise CheckpointError(f"{path} is not a valid training config ({error}); the checkpoint is corrupted "

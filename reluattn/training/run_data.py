@@ -10,9 +10,10 @@ The test images are carved first, so every run of one dataset and `data_seed` sh
 validation size; with `test_split` 0 the validation images are the same as before the option existed.
 
 `evaluate` and `attention` rebuild the same "val" split from a checkpoint's config, so a run's held-out
-images can be scored again later. With `image_size` set (`--image-size`), every split is upsampled to it by
-nearest neighbour (each pixel repeated factor x factor times; see `upsample_images`), for training and
-evaluation alike.
+images can be scored again later; the images it rebuilds from must have the fingerprint the checkpoint
+recorded, or the positions would pick other images (training ones, in a grown or repacked dataset).
+With `image_size` set (`--image-size`), every split is upsampled to it by nearest neighbour (each pixel
+repeated factor x factor times; see `upsample_images`), for training and evaluation alike.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ import numpy as np
 from ..data import (DataError, data_source, detect_format, index_image_folder, load_dataset, split_validation,
                     take_subset)
 from ..data.cifar import SPLITS as CIFAR_SPLITS
-from .config import TrainConfig
+from ..data.limits import IMAGE_SIDE_VARIABLE, image_side_limit
+from .config import TrainConfig, memory_available_bytes
 
 
 @dataclass(frozen=True)
@@ -61,16 +63,22 @@ def channel_statistics(images, chunk: int = 4096) -> tuple[list, list]:
     return [round(float(m), 4) for m in mean], [round(float(s), 4) for s in std]
 
 
-def data_fingerprint(*datasets) -> str:
+def data_fingerprint(*datasets, image_size: int | None = None) -> str:
     """SHA-256 of the images, labels and class names of `datasets` (None entries count as absent): equal
-    fingerprints mean the same pixels in the same order with the same labels."""
+    fingerprints mean the same pixels in the same order with the same labels. With `image_size`, of the
+    images upsampled to it (`upsample_images`), computed in chunks without an upsampled copy of them all."""
     digest = hashlib.sha256()
     for dataset in datasets:
         if dataset is None:
             digest.update(b"none")
             continue
-        digest.update(repr((dataset.images.shape, list(dataset.class_names))).encode())
-        digest.update(np.ascontiguousarray(dataset.images).data)
+        images = dataset.images
+        shape = images.shape
+        if image_size is not None and image_size != shape[1]:
+            shape = (shape[0], image_size, image_size, shape[3])  # what upsample_images gives
+        digest.update(repr((shape, list(dataset.class_names))).encode())
+        for start in range(0, len(images), 1024):
+            digest.update(np.ascontiguousarray(upsample_images(images[start:start + 1024], image_size)).data)
         digest.update(np.ascontiguousarray(dataset.labels, dtype=np.int64).data)
     return f"sha256:{digest.hexdigest()}"
 
@@ -89,6 +97,22 @@ def upsample_images(images: np.ndarray, size: int | None) -> np.ndarray:
                          f"(nearest-neighbour upsampling repeats each pixel); try {2 * side}")
     factor = size // side
     return np.repeat(np.repeat(images, factor, axis=1), factor, axis=2)  # (N, size, size, C)
+
+
+def check_upsampled_size(size: int | None, count: int, channels: int) -> None:
+    """Refuse an --image-size over the image-side limit, or whose upsampled images would not fit in memory."""
+    if size is None:
+        return
+    limit = image_side_limit()
+    if size > limit:
+        raise ValueError(f"--image-size {size} is over the {limit}-pixel limit on image sides; choose a smaller "
+                         f"--image-size (or raise {IMAGE_SIDE_VARIABLE} if the machine can hold it)")
+    needed = count * size * size * channels  # uint8 pixels of the upsampled training and validation images
+    available = memory_available_bytes()
+    if available is not None and needed > available:
+        raise ValueError(f"--image-size {size} would hold {count:,} images of {size}x{size}x{channels} bytes, "
+                         f"{needed / 2**30:,.1f} GiB, more than the {available / 2**30:,.1f} GiB of memory "
+                         f"available now; choose a smaller --image-size (or --subset)")
 
 
 def _upsampled(dataset, size: int | None):
@@ -124,6 +148,7 @@ def load_run_data(config: TrainConfig, data=None, *, progress: bool = True) -> R
     if config.subset is not None:
         train = take_subset(train, config.subset, config.data_seed)
     stored_size, _, channels = train.images.shape[1:]
+    check_upsampled_size(config.image_size, len(train) + (0 if validation is None else len(validation)), channels)
     mean, std = channel_statistics(train.images)  # nearest-neighbour upsampling leaves them exactly as they are
     train, validation = _upsampled(train, config.image_size), _upsampled(validation, config.image_size)
     test = _upsampled(test, config.image_size)
@@ -162,7 +187,9 @@ def load_split(config: TrainConfig, description: dict, data, split: str | None, 
                             f"{', '.join(splits)}")
         rest, test = carve_held_out(load_dataset(path, "train", dataset=config.dataset, progress=progress),
                                     config, path)
-        dataset = test if split == "test" else split_validation(rest, config.val_split, config.data_seed)[1]
+        train, validation = split_validation(rest, config.val_split, config.data_seed)
+        _check_held_out(config, description, train, validation, path)  # also vouches for the test carve
+        dataset = test if split == "test" else validation
     else:
         if split not in splits:
             raise DataError(f"{path} has no split {split!r}; choose --split from {', '.join(splits + ('val',))}")
@@ -173,3 +200,18 @@ def load_split(config: TrainConfig, description: dict, data, split: str | None, 
                         f"...) are not the ones the run was trained on ({len(expected)}: "
                         f"{', '.join(expected[:4])}...); point --data at the run's dataset")
     return upsample_images(dataset.images, config.image_size), dataset.labels, split
+
+
+def _check_held_out(config: TrainConfig, description: dict, train, validation, path) -> None:
+    """Refuse a rebuilt "val" split whose data is not the data the run recorded (its fingerprint)."""
+    saved = description.get("fingerprint")  # absent in checkpoints written before it was recorded
+    if not saved:
+        return
+    if config.subset is not None:
+        train = take_subset(train, config.subset, config.data_seed)
+    now = data_fingerprint(train, validation, image_size=config.image_size)
+    if now != saved:
+        where = path or "the downloaded CIFAR archive"
+        raise DataError(f"the images in {where} are not the ones the run was trained and validated on (fingerprint "
+                        f"saved {saved[:19]}..., now {now[:19]}...), so 'val', rebuilt by position, would hold other "
+                        f"images; point --data at the run's data, or score a split by name (--split test)")

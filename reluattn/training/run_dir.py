@@ -29,9 +29,11 @@ What resuming checks before it uses a checkpoint is in resume.py.
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import math
 import os
+import re
 import zipfile
 from pathlib import Path
 
@@ -39,6 +41,7 @@ import numpy as np
 
 from ..params import flatten, unflatten
 from .files import append_line, fsync_dir, make_temporary_dir, write_atomically
+from .npz_files import DoesNotFit, Vanished, expected_param_shapes, opt_state_fits, params_fit, read_npz
 from .run_folder import CHECKPOINT_FILES as FILES, CHECKPOINTS, LATEST, METRICS, SUMMARY, remove_our_files
 
 
@@ -86,10 +89,12 @@ def save_checkpoint(run_dir, step: int, config: dict, params, opt_state: dict, s
     try:
         root.mkdir(parents=True, exist_ok=True)
         temporary = make_temporary_dir(root, f"tmp-{name}")
-        _write_text(temporary / "config.json", json.dumps(config, indent=2, sort_keys=True))
+        config_text = json.dumps(config, indent=2, sort_keys=True)
+        _write_text(temporary / "config.json", config_text)
         _write_npz(temporary / "params.npz", flat_params)
         _write_npz(temporary / "opt_state.npz", opt_state)
-        _write_text(temporary / "state.json", json.dumps(dict(state, step=step), indent=2, sort_keys=True))
+        state = dict(state, step=step, config_sha256=config_digest(config_text))  # binds config.json to the arrays
+        _write_text(temporary / "state.json", json.dumps(state, indent=2, sort_keys=True))
         fsync_dir(temporary)
         # Re-saving the same step (e.g. after a resume): swap the old one out first, deleting only our files.
         if (final.exists() or final.is_symlink()) and not remove_our_files(final):
@@ -137,7 +142,11 @@ def resolve_checkpoint(path) -> Path:
     root = path / CHECKPOINTS
     latest = root / LATEST
     if latest.is_file():
-        candidate = root / latest.read_text().strip()
+        name = latest.read_text(errors="replace").strip()
+        if not re.fullmatch(r"step_\d+", name):  # a path elsewhere would score another run's checkpoint
+            raise CheckpointError(f"{latest} names {name[:60]!r}, not one of this run's step_* folders; write the "
+                                  f"name of one of {root}'s step_* folders into it, or delete it to use the newest")
+        candidate = root / name
         if candidate.is_dir() and all((candidate / f).is_file() for f in FILES):
             return candidate
     found = list_checkpoints(path)
@@ -147,10 +156,14 @@ def resolve_checkpoint(path) -> Path:
     return found[-1]
 
 
-def _read_npz(path: Path) -> dict:
+def _read_npz(path: Path, check=None) -> dict:
     try:
-        with np.load(path, allow_pickle=False) as data:
-            return {key: data[key] for key in data.files}
+        return read_npz(path, check)
+    except Vanished:
+        raise
+    except DoesNotFit as error:
+        raise CheckpointError(f"the arrays in {path} do not fit its config.json ({error}); the checkpoint is "
+                              f"corrupted — resume from an earlier checkpoint or start a new run") from None
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as error:
         raise CheckpointError(f"{path} is corrupted or not a checkpoint array file ({error}); "
                               f"resume from an earlier checkpoint or start a new run") from None
@@ -158,39 +171,78 @@ def _read_npz(path: Path) -> dict:
 
 def _read_json(path: Path) -> dict:
     try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise CheckpointError(f"{path} does not parse as JSON ({error}); the checkpoint is corrupted") from None
+        text = path.read_text()
+    except FileNotFoundError:
+        raise Vanished(f"{path} is gone") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise CheckpointError(f"{path} cannot be read ({error}); the checkpoint is corrupted") from None
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as error:
+        reason = "nested too deeply" if isinstance(error, RecursionError) else str(error)
+        raise CheckpointError(f"{path} does not parse as JSON ({reason}); the checkpoint is corrupted") from None
     if not isinstance(data, dict):
         raise CheckpointError(f"{path} should hold a JSON object; the checkpoint is corrupted")
     return data
 
 
-def load_checkpoint(path) -> dict:
-    """{"path", "config", "params" (tree), "opt_state" (flat dict), "state"} of a checkpoint or run directory."""
-    directory = resolve_checkpoint(path)
-    return {
-        "path": directory,
-        "config": _read_json(directory / "config.json"),
-        "params": unflatten(_read_npz(directory / "params.npz")),
-        "opt_state": _read_npz(directory / "opt_state.npz"),
-        "state": _read_json(directory / "state.json"),
-    }
+def config_digest(text: str) -> str:
+    """What state.json records of config.json, binding the two (and so the parameters) together."""
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def _load_directory(directory: Path) -> dict:
+    config_path = directory / "config.json"
+    config = _read_json(config_path)
+    state = _read_json(directory / "state.json")
+    recorded = state.get("config_sha256")
+    if recorded is not None and recorded != config_digest(config_path.read_text()):
+        raise CheckpointError(f"{config_path} was changed after the checkpoint was written (its SHA-256 is not the "
+                              f"one state.json records), so it no longer describes params.npz; restore the original "
+                              f"config.json, or use another checkpoint")
+    try:
+        expected = expected_param_shapes(config)
+    except ValueError as error:
+        raise CheckpointError(f"{config_path}'s model is not a valid ViTConfig ({error}); the checkpoint is "
+                              f"corrupted or from another version") from None
+    params = _read_npz(directory / "params.npz", params_fit(expected))
+    opt_state = _read_npz(directory / "opt_state.npz", opt_state_fits(expected))
+    return {"path": directory, "config": config, "params": unflatten(params), "opt_state": opt_state,
+            "state": state}
+
+
+def load_checkpoint(path, attempts: int = 5) -> dict:
+    """{"path", "config", "params" (tree), "opt_state" (flat dict), "state"} of a checkpoint or run directory.
+
+    The arrays are checked against config.json's model before they are unpacked (npz_files.py), and
+    config.json against the digest state.json records. A run directory's latest checkpoint pruned by a
+    running train while it is read is not corruption: the newest one is read again."""
+    path = Path(path)
+    for attempt in range(attempts):
+        directory = resolve_checkpoint(path)
+        try:
+            return _load_directory(directory)
+        except Vanished as error:
+            if directory == path or attempt == attempts - 1:  # a checkpoint named itself: nothing newer to read
+                raise CheckpointError(f"{error} (deleted while it was read: pruned by a running reluattn train?); "
+                                      f"pass the run folder to read its newest checkpoint") from None
+    raise AssertionError("unreachable")
 
 
 # ------------------------------------------------------------------------------------------ metrics.jsonl
 
 def read_metrics(path) -> list[dict]:
-    """The records of a metrics.jsonl (a run directory or the file); lines cut off by a crash are skipped."""
+    """The records of a metrics.jsonl (a run directory or the file); lines cut off by a crash (or that are
+    not JSON text at all) are skipped."""
     path = Path(path)
     if path.is_dir():
         path = path / METRICS
     records = []
-    with open(path) as handle:
+    with open(path, "rb") as handle:
         for line in handle:
             try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
+                record = json.loads(line.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):  # damaged, not a record
                 continue
             if isinstance(record, dict) and isinstance(record.get("step"), int):
                 records.append(record)

@@ -4,7 +4,8 @@
         ...
 
     RunFolderLock(run_dir)          one `reluattn train` per folder at a time
-    check_fresh_run_folder(...)     a new run starts only in an empty folder or one of its own runs
+    check_fresh_run_folder(...)     a new run starts only in an empty folder, or one of its own runs that
+                                    stopped before it logged or saved anything
     clean_leftovers(run_dir)        temporaries a killed run left behind
 
 The lock is `fcntl.flock` on `<run>/.reluattn.lock`: the kernel drops it when the process ends, however it
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import json
 import os
 from contextlib import contextmanager
 from pathlib import Path
@@ -153,12 +155,43 @@ def foreign_entries(run_dir) -> list[str]:
     return sorted(found)
 
 
+def earlier_run(run_dir) -> str | None:
+    """What shows that `run_dir` holds a run that got somewhere (so a new run must not start over it): its
+    summary.json, any checkpoints/step_* folder (complete or not), or metrics.jsonl records past step 0."""
+    run_dir = Path(run_dir)
+    if os.path.lexists(run_dir / SUMMARY):
+        return SUMMARY
+    root = run_dir / CHECKPOINTS
+    steps = sorted(entry.name for entry in root.iterdir() if entry.name.startswith("step_")) if root.is_dir() else []
+    if steps:
+        return f"{CHECKPOINTS}/{steps[-1]}"
+    last = _last_logged_step(run_dir / METRICS)
+    return f"{METRICS} records up to step {last}" if last else None
+
+
+def _last_logged_step(path: Path) -> int:
+    """The largest "step" of the records in a metrics.jsonl (0 when none, or no file)."""
+    if not path.is_file():
+        return 0
+    last = 0
+    with open(path, errors="replace") as handle:
+        for line in handle:
+            try:
+                record = json.loads(line)
+            except (json.JSONDecodeError, RecursionError):
+                continue
+            step = record.get("step") if isinstance(record, dict) else None
+            if isinstance(step, int) and not isinstance(step, bool):
+                last = max(last, step)
+    return last
+
+
 def check_fresh_run_folder(run_dir, had_lock_file: bool) -> None:
     """Refuse to start a new run in `run_dir` unless it is new, empty (but for a sweep's files), or a
-    reluattn run with no checkpoint.
+    reluattn run that stopped before it logged or saved anything (`earlier_run`).
 
     `had_lock_file`: whether the lock file was there before this run took the lock (a run folder marks
-    itself with it; a run killed before its first checkpoint may be started again)."""
+    itself with it; a run of ours killed before it logged or saved anything may be started again)."""
     run_dir = Path(run_dir)
     if has_complete_checkpoint(run_dir):
         raise RunFolderError(f"{run_dir} already holds a run with checkpoints; pass --resume to continue it, or "
@@ -168,7 +201,12 @@ def check_fresh_run_folder(run_dir, had_lock_file: bool) -> None:
         return  # empty, or only what a sweep keeps beside the run
     foreign = foreign_entries(run_dir)
     if had_lock_file and not foreign:
-        return  # a run of ours stopped before its first checkpoint: start it again
+        evidence = earlier_run(run_dir)
+        if evidence is None:
+            return  # a run of ours stopped before it logged or saved anything: start it again
+        raise RunFolderError(f"{run_dir} holds an earlier run ({evidence}) with no complete checkpoint to resume; "
+                             f"choose another --out for a new run, or delete its {METRICS}, {SUMMARY} and "
+                             f"{CHECKPOINTS}/ to start over in it — a new run never replaces an old one's records")
     shown = ", ".join((foreign or others)[:5]) + (" ..." if len(foreign or others) > 5 else "")
     raise RunFolderError(f"{run_dir} is not empty and is not a reluattn run folder (it holds {shown}); choose "
                          f"another --out (a new or empty folder), or --resume if it is a run to continue — "

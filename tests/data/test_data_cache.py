@@ -131,6 +131,16 @@ def test_unwritable_cache_only_warns(tmp_path, monkeypatch):
     assert len(data) == 4
 
 
+def test_cache_files_get_the_mode_the_umask_gives(source):
+    # A cache folder shared through RELUATTN_CACHE stays readable by the group, as any file the user makes.
+    previous = os.umask(0o022)
+    try:
+        load_dataset(source, "train", progress=False)
+    finally:
+        os.umask(previous)
+    assert oct(cache_files()[0].stat().st_mode & 0o777) == "0o644"
+
+
 def test_atomic_write_leaves_the_old_file_when_writing_fails(tmp_path):
     target = tmp_path / "file.npz"
     target.write_bytes(b"old contents")

@@ -328,3 +328,58 @@ def test_bad_limit_settings_are_refused(tmp_path, monkeypatch, setting):
     with pytest.raises(DataError) as excinfo:
         load_dataset(archive, "test", cache=False)
     assert "RELUATTN_MAX_MEMBER_MB must be a whole number" in one_line_error(excinfo)
+
+
+# ------------------------------------------------------------------------ arrays named by shape alone
+
+# Reads an archive in a fresh process whose address space is capped 200 MB above what importing took, and
+# prints the outcome and how much the peak resident memory grew.
+CAPPED_READ = r"""
+import resource, sys
+from reluattn.data import DataError
+from reluattn.data.cifar import read_cifar_archive
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB
+size = int(open("/proc/self/statm").read().split()[0]) * resource.getpagesize()
+resource.setrlimit(resource.RLIMIT_AS, (size + (200 << 20), resource.RLIM_INFINITY))
+try:
+    read_cifar_archive(sys.argv[1], "train")
+    outcome = "loaded"
+except DataError as error:
+    outcome = "DataError: " + str(error)
+except MemoryError as error:
+    outcome = "MemoryError: " + str(error)
+grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) >> 10
+print(f"{grown}\n{outcome}")
+"""
+
+
+@pytest.mark.parametrize("how", ["ndarray", "_reconstruct"])
+def test_an_array_named_by_its_shape_alone_is_refused_before_it_is_allocated(tmp_path, how):
+    # A few hundred bytes naming (100000, 3072) uint8 arrays (307 MB each): the allocation must be refused from
+    # the shape, against the member's own size, with the peak memory measured under a 200 MB cap.
+    import subprocess
+    import sys
+    from numpy._core.multiarray import _reconstruct
+    shape = (100_000, 3072)
+    data = (Reduces(np.ndarray, shape, "u1") if how == "ndarray"
+            else Reduces(_reconstruct, np.ndarray, shape, b"B"))
+    files, _, _ = cifar_files("cifar10")
+    for name in [f"data_batch_{i}" for i in range(1, 6)]:
+        files[name] = pickle.dumps({b"data": data, b"labels": Reduces(np.ndarray, (shape[0],), "i8")}, protocol=2)
+    archive = write_tar(tmp_path / "c.tar.gz", files, folder=folder_name("cifar10"))
+    assert archive.stat().st_size < 20_000  # the test batch and meta file carry real bytes
+    result = subprocess.run([sys.executable, "-c", CAPPED_READ, str(archive)], capture_output=True, text=True,
+                            timeout=120)
+    grown, outcome = result.stdout.strip().split("\n", 1)
+    assert outcome.startswith("DataError: ") and "data_batch_1" in outcome, (outcome, result.stderr[-500:])
+    assert "307,200,000 bytes, more than the" in outcome and "byte file could hold" in outcome
+    assert int(grown) < 50, f"peak resident memory grew by {grown} MB"
+
+
+def test_an_array_with_its_bytes_still_loads_and_none_is_left_uninitialised():
+    # NumPy's own pickles allocate (0,) and fill from the bytes they carry; a small shape-only array is zeros.
+    array = np.arange(3072 * 2, dtype=np.int64).astype(np.uint8).reshape(2, 3072)
+    loaded = load_pickle(pickle.dumps({b"data": array, b"empty": Reduces(np.ndarray, (4,), "i8")}, protocol=2),
+                         "batch")
+    np.testing.assert_array_equal(loaded[b"data"], array)
+    np.testing.assert_array_equal(loaded[b"empty"], np.zeros(4, np.int64))

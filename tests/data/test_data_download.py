@@ -76,6 +76,20 @@ def test_download_verifies_and_renames(tmp_path):
     assert server.ranges == [None]
 
 
+@pytest.mark.parametrize("cut", [False, True])
+def test_a_symlink_planted_as_the_part_file_is_replaced_not_written_through(tmp_path, cut):
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(b"precious, 21 bytes!!\n")
+    destination = tmp_path / "d" / "file.tar.gz"
+    destination.parent.mkdir()
+    destination.with_name("file.tar.gz.part").symlink_to(victim)
+    with FileServer(PAYLOAD, cut_first=1 if cut else 0) as server:  # cut: the second attempt resumes our file
+        assert download(server.url, destination, PAYLOAD_MD5, progress=False) == destination
+    assert victim.read_bytes() == b"precious, 21 bytes!!\n"
+    assert destination.read_bytes() == PAYLOAD and not destination.is_symlink()
+    assert server.ranges[0] is None  # the link's 21 bytes were not taken for a partial download
+
+
 def test_checksum_mismatch_keeps_nothing(tmp_path):
     destination = tmp_path / "file.tar.gz"
     with FileServer(PAYLOAD) as server, pytest.raises(DataError) as excinfo:

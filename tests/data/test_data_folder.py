@@ -435,3 +435,37 @@ def test_bad_worker_counts_are_refused(tmp_path, workers):
     files, _ = image_folder_files(LAYOUT)
     with pytest.raises(DataError, match="workers must be"):
         load_dataset(write_zip(tmp_path / "f.zip", files), "train", cache=False, workers=workers)
+
+
+def patch_zip_member(path: Path, member: str, flag_bits: int | None = None, method: int | None = None) -> Path:
+    """Rewrite `member`'s general-purpose flags and compression method in its local header and the central
+    directory, leaving its data alone (an "encrypted" member, or one in a method zipfile cannot unpack)."""
+    import struct
+    data = bytearray(path.read_bytes())
+    name = member.encode()
+    for signature, flags_at, method_at, name_length_at, name_at in ((b"PK\x03\x04", 6, 8, 26, 30),
+                                                                     (b"PK\x01\x02", 8, 10, 28, 46)):
+        start = data.find(signature)
+        while start != -1:
+            length = struct.unpack_from("<H", data, start + name_length_at)[0]
+            if data[start + name_at:start + name_at + length] == name:
+                if flag_bits is not None:
+                    struct.pack_into("<H", data, start + flags_at, flag_bits)
+                if method is not None:
+                    struct.pack_into("<H", data, start + method_at, method)
+            start = data.find(signature, start + 4)
+    path.write_bytes(bytes(data))
+    return path
+
+
+@pytest.mark.parametrize("damage, fragment", [
+    ({"flag_bits": 0x1}, "is encrypted; reluattn reads only archives without a password"),
+    ({"method": 9}, "is compressed with zip method 9, which Python's zipfile cannot unpack"),  # Deflate64
+])
+def test_encrypted_or_deflate64_zip_members_are_named(tmp_path, damage, fragment):
+    files, _ = image_folder_files(LAYOUT)
+    path = patch_zip_member(write_zip(tmp_path / "f.zip", files), "train/cat/0001.png", **damage)
+    with pytest.raises(DataError) as excinfo:
+        load_dataset(path, "train", cache=False, workers=1)
+    message = one_line_error(excinfo)
+    assert "train/cat/0001.png" in message and fragment in message and "ZipInfo" not in message

@@ -35,6 +35,12 @@ def fails_with_one_line(capsys, argv, *fragments, code=1):
     return lines[0]
 
 
+def test_a_start_refused_at_data_loading_leaves_no_run_folder(capsys, tmp_path):
+    out = tmp_path / "run"
+    fails_with_one_line(capsys, tiny_args(tmp_path / "missing.zip", out), "missing.zip")
+    assert not out.exists()
+
+
 def test_missing_archive(capsys, tmp_path):
     fails_with_one_line(capsys, tiny_args(tmp_path / "cifar-10-python.tar.gz", tmp_path / "run"),
                         "does not exist", "--data")
@@ -73,7 +79,51 @@ def test_unknown_attention_kind(capsys, data, tmp_path):
 
 def test_invalid_model_shape(capsys, data, tmp_path):
     fails_with_one_line(capsys, tiny_args(data, tmp_path / "run", **{"--dim": 10, "--heads": 3}),
-                        "dim (10) must be divisible by ViTConfig.heads (3)")
+                        "reluattn train: --dim (10) must be divisible by --heads (3)", code=2)
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("--batch-size", 0, "--batch-size must be >= 1, got 0"),
+    ("--attention-reg-weight", 1e39, "--attention-reg-weight must be below 3.403e+38 (the largest float32)"),
+    ("--lr", -1, "--lr must be"),
+])
+def test_bad_values_name_their_flag_not_a_config_field(capsys, data, tmp_path, flag, value, message):
+    line = fails_with_one_line(capsys, tiny_args(data, tmp_path / "run", **{flag: value}), message, code=2)
+    assert "Config." not in line and "overflow" not in line
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_unknown_flag_points_at_its_commands_help(capsys, data, tmp_path):
+    fails_with_one_line(capsys, tiny_args(data, tmp_path / "run") + ["--frobnicate"],
+                        "reluattn train: unrecognized arguments: --frobnicate (see reluattn train --help)", code=2)
+
+
+def test_block_size_without_the_blocked_kernel_is_refused(capsys, trained, data, tmp_path):
+    fails_with_one_line(capsys, tiny_args(data, tmp_path / "run", **{"--impl": "dense", "--block-size": 7}),
+                        "--block-size applies only with --impl blocked", code=2)
+    fails_with_one_line(capsys, ["evaluate", "--checkpoint", str(trained), "--block-size", "7"],
+                        "--block-size applies only with --impl blocked")
+
+
+def test_a_patch_size_is_checked_against_the_data_not_the_presets_image_size(capsys, data, tmp_path):
+    # The 8-pixel tiny dataset: patch 3 does not divide it (said of the data, not of the preset's 32);
+    # upsampled to 24, patch 12 does (the preset's 32 is not a multiple of 12, and must not matter).
+    line = fails_with_one_line(capsys, tiny_args(data, tmp_path / "a", **{"--patch-size": 3}),
+                               "the images are 8x8 pixels, not divisible by the patch size 3")
+    assert "32" not in line
+    assert main(tiny_args(data, tmp_path / "b", steps=2, **{"--backend": "numpy", "--image-size": 24,
+                                                             "--patch-size": 12})) == 0
+
+
+def test_an_image_size_beyond_the_limit_or_memory_is_refused_before_upsampling(capsys, data, tmp_path,
+                                                                                monkeypatch):
+    fails_with_one_line(capsys, tiny_args(data, tmp_path / "a", **{"--image-size": 32000, "--patch-size": 4}),
+                        "--image-size 32000 is over the 1024-pixel limit", "RELUATTN_MAX_IMAGE_SIDE")
+    from reluattn.training import run_data
+    monkeypatch.setattr(run_data, "memory_available_bytes", lambda: 10 ** 6)  # 1 MB free
+    fails_with_one_line(capsys, tiny_args(data, tmp_path / "b", **{"--image-size": 512, "--patch-size": 64}),
+                        "--image-size 512 would hold 72 images of 512x512x3 bytes", "choose a smaller --image-size")
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
 def test_checkpoint_config_that_does_not_parse(capsys, trained, data, tmp_path):
@@ -93,6 +143,9 @@ def test_checkpoint_arrays_that_do_not_fit_the_config(capsys, trained, data, tmp
     config = json.loads(config_path.read_text())
     config["model"]["mlp_dim"] = 32
     config_path.write_text(json.dumps(config))
+    state_path = config_path.with_name("state.json")  # as a checkpoint written before config.json was bound
+    state_path.write_text(json.dumps({k: v for k, v in json.loads(state_path.read_text()).items()
+                                      if k != "config_sha256"}))
     fails_with_one_line(capsys, ["evaluate", "--checkpoint", str(damaged), "--data", str(data)],
                         "params.npz", "do not fit", "mlp/fc1/w has shape (16, 16), expected (16, 32)")
 

@@ -105,3 +105,71 @@ def test_rollout_of_identity_attention_is_the_identity_and_rows_are_normalised()
     mean = relu_like[0].mean(0)
     expected = 0.5 * mean / mean.sum(1, keepdims=True) + 0.5 * np.eye(tokens)
     np.testing.assert_allclose(attention_rollout(relu_like[:1]), expected)
+
+
+def test_evaluate_val_on_a_grown_dataset_is_refused(runs, data, tmp_path, capsys):
+    # One image more in the training split moves the held-out positions onto other images (training ones).
+    import shutil
+    grown = tmp_path / "grown"
+    shutil.copytree(data, grown)
+    shutil.copy(grown / "train" / "cat" / "000.png", grown / "train" / "cat" / "999.png")
+    for run in runs:
+        capsys.readouterr()
+        assert main(["evaluate", "--checkpoint", str(run), "--data", str(grown), "--split", "val", "--json"]) == 1
+        captured = capsys.readouterr()
+        err = captured.err.strip().splitlines()
+        assert len(err) == 1 and f"the images in {grown} are not the ones the run was trained" in err[0], err
+        assert "--data" in err[0] and "--split test" in err[0]
+        printed = json.loads(captured.out)  # --json still prints one object, with the error
+        assert printed["accuracy"] is None and "not the ones the run was trained" in printed["error"]
+        assert main(["evaluate", "--checkpoint", str(run), "--data", str(grown), "--split", "test"]) == 0
+
+
+def test_the_fingerprint_of_upsampled_images_is_computed_without_upsampling_them_all(data):
+    import dataclasses
+    from reluattn.training.run_data import data_fingerprint, upsample_images
+    train = load_dataset(data, "train")
+    whole = dataclasses.replace(train, images=upsample_images(train.images, 16))
+    assert data_fingerprint(train, None, image_size=16) == data_fingerprint(whole, None)
+    assert data_fingerprint(train, None, image_size=16) != data_fingerprint(train, None)
+
+
+@pytest.mark.parametrize("oddity", ["attention that is not a dict", "a binary line", "a non-UTF-8 folder name",
+                                    "the metrics file named"])
+def test_plot_draws_runs_with_damaged_records_and_odd_names(runs, tmp_path, capsys, oddity):
+    import os
+    import shutil
+    name = os.fsdecode(b"bad\xffout") if oddity == "a non-UTF-8 folder name" else "run"
+    run = tmp_path / name
+    shutil.copytree(runs[1], run)
+    with open(run / "metrics.jsonl", "ab") as metrics:
+        if oddity == "attention that is not a dict":
+            metrics.write(b'{"step": 9, "split": "val", "accuracy": 0.5, "loss": 1.0, "attention": "junk"}\n')
+        if oddity == "a binary line":
+            metrics.write(b'\xff\xfe{"step": 10}\x00\n')
+    argument = run / "metrics.jsonl" if oddity == "the metrics file named" else run
+    capsys.readouterr()
+    assert main(["plot", str(argument), "--output", str(tmp_path / "curves.png")]) == 0, capsys.readouterr().err
+    check_png(tmp_path / "curves.png")
+
+
+def test_evaluate_scores_a_regularised_run_with_the_blocked_kernel(data, tmp_path, capsys):
+    # The regulariser is a training term: scoring a run trained with it needs no dense weights.
+    run = tmp_path / "regularised"
+    assert main(tiny_args(data, run, steps=4, **{"--backend": "numpy", "--attention-reg-weight": 1e-3})) == 0
+    capsys.readouterr()
+    assert main(["evaluate", "--checkpoint", str(run), "--backend", "jax", "--impl", "blocked", "--json"]) == 0
+    blocked = json.loads(capsys.readouterr().out)
+    assert main(["evaluate", "--checkpoint", str(run), "--backend", "jax", "--json"]) == 0
+    dense = json.loads(capsys.readouterr().out)
+    assert blocked["error"] is None and blocked["accuracy"] == dense["accuracy"]
+    assert blocked["loss"] == pytest.approx(dense["loss"], rel=1e-4)
+
+
+def test_evaluate_fewshot_with_too_few_images_names_the_class_and_prints_json(runs, data, capsys):
+    capsys.readouterr()
+    assert main(["evaluate", "--checkpoint", str(runs[1]), "--data", str(data), "--fewshot", "10", "--json"]) == 1
+    captured = capsys.readouterr()
+    printed = json.loads(captured.out)
+    assert printed["accuracy"] is None and "class 'cat' (0) has 6" in printed["error"]
+    assert "class 'cat' (0) has 6" in captured.err

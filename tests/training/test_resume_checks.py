@@ -116,20 +116,55 @@ def test_a_non_finite_checkpoint_is_never_saved(tmp_path):
     assert list_checkpoints(tmp_path) == []
 
 
+def test_no_validation_record_is_written_from_non_finite_parameters(data, tmp_path, capsys, monkeypatch):
+    # The update of step 4 (a validation step) makes the parameters NaN while its loss, computed before the
+    # update, is finite: the run must stop without scoring them.
+    from reluattn.training.engine import NumpyEngine
+    from reluattn.training.run_dir import read_metrics
+    original = NumpyEngine.step
+
+    def step(self, step, indices):
+        metrics = original(self, step, indices)
+        if step == 3:
+            self.params["head"]["b"] = np.full_like(self.params["head"]["b"], np.nan)
+        return metrics
+
+    monkeypatch.setattr(NumpyEngine, "step", step)
+    out = tmp_path / "run"
+    line = one_error_line(capsys, numpy_run(data, out))
+    assert "parameters became non-finite by step 4" in line and "no checkpoint had been saved yet" in line
+    assert [r for r in read_metrics(out) if r["split"] != "train"] == []
+
+
 # ------------------------------------------------------------------------------ 12. clear user errors
 
 def test_seed_beyond_64_bits_is_a_clear_error(data, tmp_path, capsys):
-    line = one_error_line(capsys, numpy_run(data, tmp_path / "run", **{"--seed": 2 ** 63}))
+    line = one_error_line(capsys, numpy_run(data, tmp_path / "run", **{"--seed": 2 ** 63}), code=2)
     assert "seed must be below 2**63" in line
 
 
 def test_a_model_too_big_for_memory_says_what_it_would_need(data, tmp_path, capsys, monkeypatch):
-    sizes = {"SC_PHYS_PAGES": 4 * 2 ** 20, "SC_PAGE_SIZE": 4096}  # a machine with 16 GiB
-    real_sysconf = os.sysconf
-    monkeypatch.setattr(os, "sysconf", lambda name: sizes[name] if name in sizes else real_sysconf(name))
+    from reluattn.training import config
+    monkeypatch.setattr(config, "memory_available_bytes", lambda: 16 * 2 ** 30)  # 16 GiB free
     line = one_error_line(capsys, numpy_run(data, tmp_path / "run", **{"--dim": 100000}))
     # 40,010,100,019 parameters (the 100000 x 300000 and 100000 x 100000 attention matrices: 4e10) x 16 bytes
     assert "40,010,100,019 parameters" in line and "596.2 GiB" in line and "16.0 GiB" in line and "--dim" in line
+    assert not (tmp_path / "run").exists()  # refused before the run folder was made
+
+
+def test_the_memory_check_compares_with_the_memory_available_not_the_total():
+    # A model needing more than what is free now but less than the machine's total passed before, and then
+    # grew to 13.7 GB. Sized here halfway between this machine's MemAvailable and MemTotal (no allocation).
+    from reluattn.config import ViTConfig
+    from reluattn.training.config import check_fits_in_memory, training_memory_bytes
+    meminfo = dict(line.split(":") for line in open("/proc/meminfo"))
+    total, available = (int(meminfo[name].split()[0]) * 1024 for name in ("MemTotal", "MemAvailable"))
+    target = (total + available) / 2
+    dim = 2 * round(np.sqrt(target / 16 / 4) / 2)  # ~4 D^2 parameters of 16 bytes each; D even (2 heads)
+    model = ViTConfig(image_size=8, patch_size=4, num_classes=3, dim=dim, depth=1, heads=2, mlp_dim=16)
+    assert available < training_memory_bytes(model) < total, (available, training_memory_bytes(model), total)
+    with pytest.raises(ValueError, match="GiB of memory available now"):
+        check_fits_in_memory(model)
 
 
 def test_clip_norm_must_not_be_negative(data, tmp_path, capsys):

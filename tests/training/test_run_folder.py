@@ -5,6 +5,7 @@ planted symlink can redirect, and errors that name the file a full disk refused.
 import errno
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -129,12 +130,36 @@ def test_a_new_run_refuses_a_folder_holding_a_run_with_checkpoints(data, tmp_pat
 def test_a_run_stopped_before_its_first_checkpoint_can_be_started_again(data, tmp_path, capsys):
     reference, out = tmp_path / "reference", tmp_path / "run"
     assert main(numpy_run(data, reference, steps=4)) == 0
-    out.mkdir()
+    (out / "checkpoints" / ".tmp-step_00000004-abc.tmp").mkdir(parents=True)  # killed writing its first checkpoint
     (out / ".reluattn.lock").write_text("12345\n")  # the folder was a reluattn run...
-    (out / "metrics.jsonl").write_text('{"step": 2, "split": "train", "loss": 9.0}\n')  # ...killed at step 3
+    (out / "metrics.jsonl").write_text("")  # ...that had logged nothing yet
     assert main(numpy_run(data, out, steps=4)) == 0
     assert [r["loss"] for r in read_metrics(out)] == [r["loss"] for r in read_metrics(reference)]
     assert_bit_identical(final_arrays(out), final_arrays(reference))
+
+
+@pytest.mark.parametrize("what_was_deleted", ["checkpoints", "opt_state.npz", "summary and checkpoints"])
+def test_a_run_that_got_somewhere_is_never_started_over(data, tmp_path, capsys, what_was_deleted):
+    # A finished run whose checkpoints (or optimizer states, to save space) were deleted is still a run: its
+    # summary.json, a step_* folder or metrics past step 0 say so, and a new run there is refused.
+    out = tmp_path / "run"
+    assert main(numpy_run(data, out, steps=8)) == 0
+    if what_was_deleted == "opt_state.npz":
+        for step in (out / "checkpoints").glob("step_*"):
+            (step / "opt_state.npz").unlink()
+    else:
+        shutil.rmtree(out / "checkpoints")
+    if what_was_deleted == "summary and checkpoints":
+        (out / "summary.json").unlink()
+    before = snapshot(out)
+    line = one_error_line(capsys, numpy_run(data, out, steps=4, **{"--attention": "softmax"}))
+    evidence = {"checkpoints": "summary.json", "opt_state.npz": "summary.json",
+                "summary and checkpoints": "metrics.jsonl records up to step 8"}[what_was_deleted]
+    assert f"holds an earlier run ({evidence})" in line and "another --out" in line
+    assert snapshot(out) == before
+    (out / "summary.json").unlink(missing_ok=True)
+    if what_was_deleted == "opt_state.npz":
+        assert "holds an earlier run (checkpoints/step_00000008)" in one_error_line(capsys, numpy_run(data, out))
 
 
 def test_pruning_old_checkpoints_leaves_files_reluattn_did_not_write(tmp_path):
@@ -193,6 +218,23 @@ def test_planted_symlinks_under_temporary_names_are_never_written_through(data, 
     assert victim.read_bytes() == b"precious"
 
 
+def test_files_and_folders_get_the_mode_the_umask_gives_not_a_private_one(data, tmp_path, capsys):
+    # A teammate in the user's group can read (and so evaluate) a shared run, as with any file the user makes.
+    previous = os.umask(0o022)
+    try:
+        out = tmp_path / "run"
+        assert main(numpy_run(data, out, steps=8)) == 0
+        assert main(["plot", str(out), "--output", str(out / "curves.png")]) == 0
+        files.write_atomically(out / "metrics.jsonl", (out / "metrics.jsonl").read_text())  # as a resume rewrites it
+    finally:
+        os.umask(previous)
+    modes = {name: oct(os.stat(out / name).st_mode & 0o777) for name in
+             ("checkpoints/LATEST", "summary.json", "metrics.jsonl", "curves.png", "checkpoints/step_00000008",
+              "checkpoints")}
+    assert modes == {"checkpoints/LATEST": "0o644", "summary.json": "0o644", "metrics.jsonl": "0o644",
+                     "curves.png": "0o644", "checkpoints/step_00000008": "0o755", "checkpoints": "0o755"}
+
+
 def test_a_full_disk_names_the_file_it_could_not_write(data, tmp_path, capsys, monkeypatch):
     real_write = os.write
 
@@ -230,6 +272,23 @@ def test_a_second_ctrl_c_still_names_the_last_checkpoint(data, tmp_path, capsys,
     line = one_error_line(capsys, numpy_run(data, out, steps=8), code=130)
     assert str(out / "checkpoints" / "step_00000004") in line and "--resume" in line
     assert resolve_checkpoint(out).name == "step_00000004"
+
+
+def test_a_second_ctrl_c_during_pruning_names_the_checkpoint_latest_names(data, tmp_path, capsys, monkeypatch):
+    from reluattn.training import run_dir
+    original = run_dir._prune
+
+    def prune(root, kept, newest):  # Ctrl-C twice while checkpoint 8 prunes checkpoint 4 (LATEST names 8)
+        if newest == "step_00000008":
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+        original(root, kept, newest)
+
+    monkeypatch.setattr(run_dir, "_prune", prune)
+    out = tmp_path / "run"
+    line = one_error_line(capsys, numpy_run(data, out, steps=12, **{"--keep-checkpoints": 1}), code=130)
+    assert resolve_checkpoint(out).name == "step_00000008"
+    assert str(out / "checkpoints" / "step_00000008") in line and "--resume" in line
 
 
 def test_every_test_the_promises_in_the_docs_name_exists():

@@ -1,6 +1,6 @@
 """Fault injection: a short training is killed with SIGKILL at random moments, several times in a row, and
-resumed each time (started again when no checkpoint was saved yet); it ends bit-identical to a run that
-never stopped, with each step logged once and no temporary left behind.
+resumed each time (started again, its metrics.jsonl deleted, when no checkpoint was saved yet); it ends
+bit-identical to a run that never stopped, with each step logged once and no temporary left behind.
 
 The moments are random (a seeded generator picks each delay after the run says it is training, within
 the time the uninterrupted run took), so a kill can land anywhere: inside a step, a metrics append, a
@@ -30,6 +30,8 @@ FINISHED = {".reluattn.lock", "metrics.jsonl", "summary.json", "checkpoints"}
 
 
 def start(out, data, cache, resume: bool, log) -> subprocess.Popen:
+    if not resume and (out / "metrics.jsonl").exists():  # killed before its first checkpoint: what the refusal of a
+        (out / "metrics.jsonl").unlink()                   # fresh start over logged steps tells the user to do
     args = tiny_args(data, out, steps=STEPS, **FLAGS) + (["--resume"] if resume else [])
     return subprocess.Popen(**cli_command(args, cache), stdout=subprocess.PIPE, stderr=log)
 

@@ -54,8 +54,8 @@ def test_image_size_is_stored_in_the_train_config_and_survives_json():
 
 
 def test_bad_values_are_refused_with_the_field_named(capsys):
-    assert main(["train", "--attention-reg-weight", "-1", "--steps", "1"]) == 1
-    assert "reg_weight" in capsys.readouterr().err
+    assert main(["train", "--attention-reg-weight", "-1", "--steps", "1"]) == 2
+    assert "--attention-reg-weight must be >= 0.0" in capsys.readouterr().err
     assert main(["train", "--gate-activation", "tanh"]) == 2
     assert "--gate-activation" in capsys.readouterr().err
 
