@@ -96,17 +96,17 @@ def train(config: TrainConfig, out, *, data=None, resume: bool = False, progress
             checkpoint = load_checkpoint(run_dir)
             if data is None:
                 data = checkpoint["config"].get("data", {}).get("path")  # the run's own data source
-            prepared = _prepare(config, data, checkpoint, run_dir, progress, allow_different_data)
+            prepared = _prepare(config, data, checkpoint, run_dir, progress, allow_different_data, stdout)
             return _train(prepared, run_dir, checkpoint, progress, stdout)
     if run_dir.exists():  # a folder that is not ours is refused before the data is read (and again, locked)
         check_fresh_run_folder(run_dir, os.path.lexists(run_dir / LOCK))
     # The data, the schedule and the memory check come before the folder is made: a refused start leaves nothing.
-    prepared = _prepare(config, data, None, run_dir, progress, False)
+    prepared = _prepare(config, data, None, run_dir, progress, False, stdout)
     with use_run_folder(run_dir, new_run=True):
         return _train(prepared, run_dir, None, progress, stdout)
 
 
-def _prepare(config, data, checkpoint, run_dir, progress, allow_different_data) -> tuple:
+def _prepare(config, data, checkpoint, run_dir, progress, allow_different_data, stdout) -> tuple:
     """(resolved config, RunData): the run's images, its config completed for them, and the checks of both."""
     if config.backend == "jax":
         from .engine import configure_jax_cpu  # imports JAX
