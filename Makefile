@@ -22,7 +22,7 @@ $(DOCS_STAMP): $(STAMP)
 	touch $(DOCS_STAMP)
 
 train: $(STAMP)
-	$(PY) -m reluattn train --preset cpu-small $(ARGS)
+	$(PY) -m reluattn train --preset cpu-fast $(ARGS)
 
 test: $(STAMP)
 	$(PY) -m pytest -q

@@ -57,8 +57,11 @@ def test_presets_turn_the_speed_paths_on_and_no_fast_turns_them_off():
     assert train_config_from_dict(TrainConfig(epochs=1).to_dict()).fast is False
 
 
-def test_make_train_uses_cpu_small():
-    assert re.search(r"-m reluattn train --preset cpu-small", (ROOT / "Makefile").read_text())
+def test_make_train_uses_cpu_fast():
+    assert re.search(r"-m reluattn train --preset cpu-fast", (ROOT / "Makefile").read_text())
+    fast = PRESETS["cpu-fast"]
+    assert fast.test_split == 5000 and fast.val_split == 5000 and fast.model.pool == "gap"
+    assert fast.model.attention.kind == "relu" and fast.compute_dtype == "auto"
 
 
 @pytest.mark.parametrize("change, field", [
