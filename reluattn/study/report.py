@@ -9,6 +9,11 @@ seeds with error bars of one standard deviation; softmax is drawn as a reference
 Means, spreads and the tests behind the verdicts are in statistics.py; the comparisons each verdict
 rests on (cells b minus cells a) are in verdicts.py and land in results.json under "comparisons", the
 verdict on each claim under "claims".
+
+A damaged run file (cell.json, summary.json, fewshot.json, config.json, a metrics.jsonl line) leaves that run
+or value out with a one-line SweepWarning naming the file; NaN and infinities are written as null (strict
+JSON). A finished run that is not the grid's current cell (another train command) is marked "stale" and left
+out of the verdicts.
 """
 
 from __future__ import annotations

@@ -22,7 +22,9 @@ from reluattn.training.run_folder import RunFolderLock
 
 from train_helpers import ROOT
 
-SHARED_ZIP = ROOT.parent / "shared" / "data" / "cifar10-train.zip"
+# The project's JPEG copy of CIFAR-10: RELUATTN_DATA when it names a zip, else ../shared/data/ beside the repository.
+SHARED_ZIP = Path(os.environ["RELUATTN_DATA"]) if os.environ.get("RELUATTN_DATA", "").endswith(".zip") else \
+    ROOT.parent / "shared" / "data" / "cifar10-train.zip"
 
 
 class FakeChild:
