@@ -14,8 +14,9 @@ Each cell runs in its own process (`python -m reluattn train`, cell_process.py),
 sweep down, and that process dies with the sweep; Ctrl-C lets the running cell save its checkpoint, marks it
 "interrupted" and stops (a rerun continues it). The sweep holds the folder's lock throughout and admits only
 an empty folder or a sweep of the same experiment and scale (sweep_folder.py); a finished run whose recorded
-command is not the grid's is refused, never counted as done. The logs (cell.json, summary.json, metrics.jsonl, config.json,
-fewshot.json) are all the report needs: docs/run-logs/<experiment>/ keeps them without the checkpoints.
+command is not the grid's is refused, never counted as done. The logs (cell.json, summary.json,
+metrics.jsonl, config.json, fewshot.json) are all the report needs: docs/run-logs/<experiment>/ keeps them
+without the checkpoints.
 """
 
 from __future__ import annotations
