@@ -358,40 +358,44 @@ def _sweep_parser(commands) -> None:
                "--data cifar10-train.zip --out sweeps/alpha-sweep")
     p.add_argument("experiment", choices=sorted(EXPERIMENTS), metavar="EXPERIMENT",
                    help=f"one of {', '.join(EXPERIMENTS)}")
-    p.add_argument("--scale", default="cpu", choices=SCALES, help="the grid's budget (default: cpu)")
+    p.add_argument("--scale", choices=SCALES, help="the grid's budget (default: cpu; with --report, the scale "
+                   "the folder's sweep.json records)")
     p.add_argument("--seeds", type=int, help="runs per cell, seeds 0..N-1 (default: the scale's, 3 at cpu; "
                    "relu / L-vs-softmax cells get at least 5 there)")
     p.add_argument("--out", help="the sweep folder (default: sweeps/<experiment>-<scale>)")
     p.add_argument("--data", help="the dataset, as for `reluattn train` (default: $RELUATTN_DATA)")
     p.add_argument("--cells", nargs="+", metavar="GLOB", help="run only the cells matching these shell-style patterns "
                    "(e.g. t17-* for the 17-token cells; see --list)")
-    p.add_argument("--report", action="store_true", help="only rebuild the report from the run directories")
+    p.add_argument("--report", action="store_true", help="only rebuild the report from the run directories "
+                   "(the experiment and scale must be those of the folder's sweep.json)")
     p.add_argument("--list", action="store_true", help="only print the cells and their train commands")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (log lines only)")
 
 
 def _command_sweep(args) -> int:
+    import shlex
     from pathlib import Path
     from .study.experiments import DEFAULT_SEEDS, train_arguments
-    from .study.sweep import run_sweep, select_cells
-    out = Path(args.out or os.path.join("sweeps", f"{args.experiment}-{args.scale}"))
+    from .study.sweep import report_sweep, run_sweep, select_cells
+    scale = args.scale or "cpu"
+    out = Path(args.out or os.path.join("sweeps", f"{args.experiment}-{scale}"))
     if args.list:
-        for cell in select_cells(args.experiment, args.scale, args.cells):
-            print(f"{cell.name}: reluattn train {' '.join(train_arguments(cell, 0))}")
+        try:
+            for cell in select_cells(args.experiment, scale, args.cells):
+                print(f"{cell.name}: {shlex.join(['reluattn', 'train', *train_arguments(cell, 0)])}", flush=True)
+        except BrokenPipeError:  # `--list | head`: the reader has seen enough
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
         return 0
     if args.report:
-        from .study.report import write_report
         from .study.verdicts import describe
-        if not out.is_dir():
-            raise ValueError(f"{out} is not a sweep folder; pass the --out of the sweep")
-        paths = write_report(args.experiment, out, scale=args.scale)
+        paths = report_sweep(out, args.experiment, args.scale)
         print(f"wrote {paths['table']}, {paths['json']}, {paths['figure']}")
         for entry in paths["comparisons"]:
             print(describe(entry))
         for claim in paths["claims"]:
             print(f"claim \"{claim['quote']}\" ({claim['source']}): {claim['verdict']}")
         return 0
-    counts = run_sweep(args.experiment, scale=args.scale, seeds=args.seeds or DEFAULT_SEEDS[args.scale], out=out,
+    counts = run_sweep(args.experiment, scale=scale, seeds=args.seeds or DEFAULT_SEEDS[scale], out=out,
                        data=args.data, cells=args.cells, progress=not args.no_progress)
     return 1 if counts["failed"] else 0
 

@@ -10,9 +10,13 @@
 Resumable and idempotent: a cell whose cell.json says "done" is skipped; a cell killed mid-run has a
 checkpoint and continues with `reluattn train --resume` (bit-exact, so the table is the same as an
 uninterrupted sweep's); a cell that fails is recorded as "failed" and the others go on (a rerun retries it).
-Each cell runs in its own process (`python -m reluattn train`), so a crash cannot take the sweep down, and
-that process dies with the sweep. The logs (cell.json, summary.json, metrics.jsonl, config.json,
-fewshot.json) are all the report needs: docs/run-logs/<experiment>/ keeps them without the checkpoints.
+Each cell runs in its own process (`python -m reluattn train`, cell_process.py), so a crash cannot take the
+sweep down, and that process dies with the sweep; Ctrl-C lets the running cell save its checkpoint, marks it
+"interrupted" and stops (a rerun continues it). The sweep holds the folder's lock throughout and admits only
+an empty folder or a sweep of the same experiment and scale (sweep_folder.py); a finished run whose recorded
+command is not the grid's is refused, never counted as done. The logs (cell.json, summary.json,
+metrics.jsonl, config.json, fewshot.json) are all the report needs: docs/run-logs/<experiment>/ keeps them
+without the checkpoints.
 """
 
 from __future__ import annotations
@@ -20,19 +24,32 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 from ..machine import machine_description
-from ..training.files import write_atomically
-from ..training.run_folder import CELL_RECORD, CONFIG_COPY, FEWSHOT, TRAIN_LOG, remove_our_files
+from ..training.files import TEMPORARY_MARK, write_atomically
+from ..training.run_folder import (CELL_RECORD, CONFIG_COPY, FEWSHOT, TRAIN_LOG, RunFolderError, RunFolderLock,
+                                   remove_our_files)
+from .cell_process import STOP_SIGNALS, Child, open_log, run_child, stop_requested
 from .experiments import EXPERIMENTS, FEWSHOT_SHOTS, cells_of, train_arguments
+from .sweep_folder import is_stale, use_sweep_folder
 
 # What a run directory may hold before its first checkpoint; a cell restarted from scratch removes only these.
 RESTARTABLE_FILES = ("metrics.jsonl", "summary.json", TRAIN_LOG, CELL_RECORD, FEWSHOT, CONFIG_COPY)
+# Shots per class of the few-shot probe where a scale needs fewer than FEWSHOT_SHOTS: the smoke scale's
+# 128 validation images hold as few as 7 of a class on the shipped CIFAR-10 copy (data_seed 0), and the
+# probe needs more images of every class than its shots.
+FEWSHOT_SHOTS_AT_SCALE = {"smoke": 5}
+
+
+def fewshot_shots(scale: str) -> int:
+    return FEWSHOT_SHOTS_AT_SCALE.get(scale, FEWSHOT_SHOTS)
 
 
 def write_json_atomically(path: Path, data) -> None:
@@ -41,9 +58,10 @@ def write_json_atomically(path: Path, data) -> None:
 
 def read_cell_record(run_dir: Path) -> dict | None:
     try:
-        return json.loads((run_dir / CELL_RECORD).read_text())
+        record = json.loads((run_dir / CELL_RECORD).read_text())
     except (OSError, ValueError):
         return None
+    return record if isinstance(record, dict) else None
 
 
 def _has_checkpoint(run_dir: Path) -> bool:
@@ -51,80 +69,69 @@ def _has_checkpoint(run_dir: Path) -> bool:
 
 
 def _clear_partial_run(run_dir: Path) -> None:
-    """A run killed before its first checkpoint: remove what the sweep and the trainer wrote, nothing else."""
+    """A run killed before its first checkpoint: remove what the sweep and the trainer wrote, nothing else.
+    Call it holding the run folder's lock (run_cell does), so no running trainer loses its files."""
     if not run_dir.exists():
         return
     foreign = [p.name for p in run_dir.iterdir()
                if p.name not in RESTARTABLE_FILES and p.name != "checkpoints" and not p.name.startswith(".")]
     if foreign:
-        raise RuntimeError(f"{run_dir} holds files the sweep did not write ({', '.join(sorted(foreign))}); "
-                           f"move them away or pass another --out")
+        raise RunFolderError(f"{run_dir} holds files the sweep did not write ({', '.join(sorted(foreign))}); "
+                             f"move them away or pass another --out")
     for name in RESTARTABLE_FILES:
         (run_dir / name).unlink(missing_ok=True)
 
 
-def _die_with_parent() -> None:
-    """In the child: be killed when the sweep dies (even by SIGKILL), so no orphan trains on unwatched."""
-    try:
-        import ctypes
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: an orphan finishes its run, and the lock keeps it alone
-        pass
+def _clean_cell_temporaries(run_dir: Path) -> None:
+    """The temporaries a killed sweep left beside a run (".cell.json.<random>.tmp" and the like)."""
+    for entry in run_dir.iterdir():
+        if (entry.name.endswith(TEMPORARY_MARK) and (entry.is_symlink() or entry.is_file())
+                and any(entry.name.startswith(f".{name}.") for name in (CELL_RECORD, FEWSHOT, CONFIG_COPY))):
+            entry.unlink()
 
 
-def _child_environment() -> dict:
-    """The cells share JAX's persistent compilation cache: a cell's second seed compiles nothing."""
-    from ..data.cache import cache_dir
-    environment = dict(os.environ)
-    environment.setdefault("JAX_COMPILATION_CACHE_DIR", str(cache_dir() / "xla"))
-    environment.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
-    return environment
-
-
-class _Child:
-    """The running `reluattn` subprocess, so that a signal to the sweep reaches it too."""
-    process = None
-
-
-def _run_logged(arguments: list[str], log_path: Path) -> int:
-    """Run `python -m reluattn ARGUMENTS`, appending its output to log_path; its exit code."""
-    with open(log_path, "a") as log:
-        log.write(f"$ reluattn {' '.join(arguments)}\n")
+def _run_logged(arguments: list[str], log_path: Path) -> int | None:
+    """Run `python -m reluattn ARGUMENTS`, appending its output to log_path; its exit code (None: not run)."""
+    with open_log(log_path) as log:
+        log.write(f"$ {shlex.join(['reluattn', *arguments])}\n")
         log.flush()
-        _Child.process = subprocess.Popen([sys.executable, "-m", "reluattn", *arguments], stdout=log, env=_child_environment(),
-                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                          preexec_fn=_die_with_parent)
-        try:
-            return _Child.process.wait()
-        finally:
-            _Child.process = None
+        return run_child(arguments, stdout=log, stderr=subprocess.STDOUT)
 
 
-def _forward_signal(signum, frame):
-    """Ctrl-C / SIGTERM: let the running cell save a checkpoint and stop, then stop the sweep."""
-    if _Child.process is not None:
-        _Child.process.send_signal(signum)
-    raise KeyboardInterrupt
-
-
-def run_cell(experiment: str, cell, seed: int, run_dir: Path, data: str | None) -> dict:
-    """Train one cell for one seed (resuming a killed run), then its few-shot probe; its cell record."""
-    run_dir.mkdir(parents=True, exist_ok=True)
+def run_cell(experiment: str, cell, seed: int, run_dir: Path, data: str | None, scale: str = "cpu") -> dict:
+    """Train one cell for one seed (resuming a killed run), then its few-shot probe; its cell record
+    (status "done", "failed", or "interrupted" when the sweep was asked to stop)."""
     record = {"experiment": experiment, "cell": cell.name, "labels": cell.labels, "seed": seed,
               "machine": machine_description(), "status": "running"}
     data_flags = ["--data", data] if data else []
-    if _has_checkpoint(run_dir):
+    try:
+        with RunFolderLock(run_dir):  # no trainer of this cell may be running while the sweep clears it
+            _clean_cell_temporaries(run_dir)
+            resume = _has_checkpoint(run_dir)
+            if not resume:
+                _clear_partial_run(run_dir)
+    except RunFolderError as error:  # someone else's run, or files not ours: leave the folder as it is
+        return {**record, "status": "failed", "error": str(error), "sweep_seconds": 0.0}
+    if resume:
         arguments = ["train", "--out", str(run_dir), "--resume", "--no-progress", *data_flags]
     else:
-        _clear_partial_run(run_dir)
         arguments = ["train", "--out", str(run_dir), *data_flags, *train_arguments(cell, seed)]
-    record["command"] = "reluattn " + " ".join(["train", "--out", str(run_dir), *data_flags,
-                                                 *train_arguments(cell, seed)])
+    record["command"] = shlex.join(["reluattn", "train", "--out", str(run_dir), *data_flags,
+                                    *train_arguments(cell, seed)])
     write_json_atomically(run_dir / CELL_RECORD, record)
     started = time.time()
-    code = _run_logged(arguments, run_dir / TRAIN_LOG)
-    if code == 0 and EXPERIMENTS[experiment].fewshot:
-        code = _fewshot(run_dir, data)
+    try:
+        code = _run_logged(arguments, run_dir / TRAIN_LOG)
+        if code == 0 and Child.stop is None and EXPERIMENTS[experiment].fewshot:
+            code = _fewshot(run_dir, data, fewshot_shots(scale))
+    except KeyboardInterrupt:  # a second stop signal
+        record.update(status="interrupted", sweep_seconds=round(time.time() - started, 1))
+        write_json_atomically(run_dir / CELL_RECORD, record)
+        raise
+    if Child.stop is not None:  # stopped (the trainer saved its checkpoint): the next run goes on from there
+        record.update(status="interrupted", exit_code=code, sweep_seconds=round(time.time() - started, 1))
+        write_json_atomically(run_dir / CELL_RECORD, record)
+        return record
     if code == 0:
         _keep_only_the_final_checkpoint(run_dir)
     record.update(status="done" if code == 0 else "failed", exit_code=code,
@@ -145,18 +152,27 @@ def _keep_only_the_final_checkpoint(run_dir: Path) -> None:
     write_atomically(run_dir / CONFIG_COPY, (checkpoints / latest / "config.json").read_bytes())
 
 
-def _fewshot(run_dir: Path, data: str | None) -> int:
-    output = run_dir / f".{FEWSHOT}.out"
-    arguments = ["evaluate", "--checkpoint", str(run_dir), "--fewshot", str(FEWSHOT_SHOTS), "--json"]
+def _fewshot(run_dir: Path, data: str | None, shots: int) -> int | None:
+    """`reluattn evaluate --fewshot` of the run's final checkpoint into fewshot.json; its exit code. Its
+    output goes to a private temporary (mkstemp: a name planted in the folder is never written through)."""
+    arguments = ["evaluate", "--checkpoint", str(run_dir), "--fewshot", str(shots), "--json"]
     if data:
         arguments += ["--data", data]
-    with open(output, "w") as out, open(run_dir / TRAIN_LOG, "a") as log:
-        code = subprocess.call([sys.executable, "-m", "reluattn", *arguments], stdout=out, stderr=log, env=_child_environment(),
-                               stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
-    if code == 0:
-        write_json_atomically(run_dir / FEWSHOT, json.loads(output.read_text()))
-    output.unlink(missing_ok=True)
-    return code
+    fd, temporary = tempfile.mkstemp(prefix=f".{FEWSHOT}.", suffix=TEMPORARY_MARK, dir=run_dir)
+    try:
+        with os.fdopen(fd, "w") as out, open_log(run_dir / TRAIN_LOG) as log:
+            code = run_child(arguments, stdout=out, stderr=log)
+        if code == 0:
+            try:
+                result = json.loads(Path(temporary).read_text())
+            except ValueError:
+                with open_log(run_dir / TRAIN_LOG) as log:
+                    log.write("error: `reluattn evaluate --fewshot --json` printed no JSON\n")
+                return 1
+            write_json_atomically(run_dir / FEWSHOT, result)
+        return code
+    finally:
+        os.unlink(temporary)
 
 
 def _last_error_line(log_path: Path) -> str:
@@ -187,33 +203,52 @@ def select_cells(experiment: str, scale: str, patterns=None) -> list:
 def run_sweep(experiment: str, *, scale: str = "cpu", seeds: int = 2, out, data: str | None = None,
               cells=None, progress: bool = True, stdout=None) -> dict:
     """Run (or continue) the sweep; then write its report. Returns {"done", "failed", "skipped", "report"}.
-    `cells`: glob patterns of the cells to run (default: all)."""
-    from .report import write_report
+    `cells`: glob patterns of the cells to run (default: all). Holds the sweep folder's lock throughout; a
+    folder that is not empty and not a sweep of `experiment` at `scale` is refused, and so is one whose
+    finished runs were trained with other flags than the grid now gives (their results would be mixed)."""
     stdout = stdout or sys.stdout
     out = Path(out)
     cells = select_cells(experiment, scale, cells)
     if seeds < 1:
         raise ValueError(f"--seeds must be >= 1, got {seeds}")
-    out.mkdir(parents=True, exist_ok=True)
-    _check_sweep_folder(out, experiment, scale)
-    # Seed-major: a sweep cut short still has the whole grid at its first seeds. A headline cell (relu / L
-    # against softmax) runs at least its own number of seeds.
-    jobs = [(cell, seed) for seed in range(max([seeds] + [cell.seeds or 0 for cell in cells]))
-            for cell in cells if seed < max(seeds, cell.seeds or 0)]
-    pending = [(c, s) for c, s in jobs if (read_cell_record(run_dir_of(out, c.name, s)) or {}).get("status") != "done"]
-    counts = {"done": 0, "failed": 0, "skipped": len(jobs) - len(pending)}
-    print(f"reluattn sweep {experiment} --scale {scale}: {len(jobs)} runs ({len(cells)} cells x {seeds}+ seeds), "
-          f"{counts['skipped']} already done, {len(pending)} to run; folder {out}", file=stdout, flush=True)
-    bar = _progress_bar(len(jobs), counts["skipped"], progress)
-    previous = {s: signal.signal(s, _forward_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    with use_sweep_folder(out, experiment, scale):
+        # Seed-major: a sweep cut short still has the whole grid at its first seeds. A headline cell (relu / L
+        # against softmax) runs at least its own number of seeds.
+        jobs = [(cell, seed) for seed in range(max([seeds] + [cell.seeds or 0 for cell in cells]))
+                for cell in cells if seed < max(seeds, cell.seeds or 0)]
+        records = {(c.name, s): read_cell_record(run_dir_of(out, c.name, s)) for c, s in jobs}
+        _refuse_stale_runs(out, experiment, scale, jobs, records)
+        pending = [(c, s) for c, s in jobs if (records[c.name, s] or {}).get("status") != "done"]
+        counts = {"done": 0, "failed": 0, "skipped": len(jobs) - len(pending)}
+        print(f"reluattn sweep {experiment} --scale {scale}: {len(jobs)} runs ({len(cells)} cells x {seeds}+ "
+              f"seeds), {counts['skipped']} already done, {len(pending)} to run; folder {out}", file=stdout,
+              flush=True)
+        _run_pending(experiment, scale, out, data, pending, len(jobs), counts, progress, stdout)
+        from .report import write_report
+        counts["report"] = write_report(experiment, out, scale=scale)
+    print(f"reluattn sweep {experiment}: {counts['done']} run, {counts['skipped']} skipped, {counts['failed']} "
+          f"failed; report {counts['report']['table']}", file=stdout, flush=True)
+    return counts
+
+
+def _run_pending(experiment, scale, out, data, pending, total, counts, progress, stdout) -> None:
+    """Run the pending (cell, seed)s one after the other, a line each; stop (KeyboardInterrupt) when asked."""
+    bar = _progress_bar(total, counts["skipped"], progress)
+    Child.stop = None
+    previous = {s: signal.signal(s, stop_requested) for s in STOP_SIGNALS}
     started = time.time()
     try:
         for index, (cell, seed) in enumerate(pending):
-            record = run_cell(experiment, cell, seed, run_dir_of(out, cell.name, seed), data)
+            record = run_cell(experiment, cell, seed, run_dir_of(out, cell.name, seed), data, scale)
+            if record["status"] == "interrupted" or Child.stop is not None:
+                name = signal.Signals(Child.stop).name if Child.stop else "a signal"
+                raise KeyboardInterrupt(f"interrupted by {name}: {cell.name} seed {seed} is marked "
+                                        f"{record['status']} (a stopped cell keeps its checkpoint); rerun the "
+                                        f"same command to continue")
             counts[record["status"]] += 1
             elapsed = time.time() - started
             left = elapsed / (index + 1) * (len(pending) - index - 1)
-            line = (f"[{counts['skipped'] + index + 1}/{len(jobs)}] {cell.name} seed {seed}: {record['status']}"
+            line = (f"[{counts['skipped'] + index + 1}/{total}] {cell.name} seed {seed}: {record['status']}"
                     f" in {record['sweep_seconds']:.0f} s; about {_duration(left)} left")
             if record["status"] == "failed":
                 line += f" ({record['error']})"
@@ -227,23 +262,29 @@ def run_sweep(experiment: str, *, scale: str = "cpu", seeds: int = 2, out, data:
             signal.signal(signum, handler)
         if bar is not None:
             bar.close()
-    counts["report"] = write_report(experiment, out, scale=scale)
-    print(f"reluattn sweep {experiment}: {counts['done']} run, {counts['skipped']} skipped, {counts['failed']} "
-          f"failed; report {counts['report']['table']}", file=stdout, flush=True)
-    return counts
 
 
-def _check_sweep_folder(out: Path, experiment: str, scale: str) -> None:
-    """One folder holds one experiment at one scale: refuse to mix them (their cells share names)."""
-    marker = out / "sweep.json"
-    wanted = {"experiment": experiment, "scale": scale}
-    if marker.exists():
-        saved = json.loads(marker.read_text())
-        if {k: saved.get(k) for k in wanted} != wanted:
-            raise ValueError(f"{out} holds the sweep {saved.get('experiment')} at scale {saved.get('scale')}; "
-                             f"choose another --out for {experiment} at scale {scale}")
-    else:
-        write_json_atomically(marker, wanted)
+def _refuse_stale_runs(out: Path, experiment: str, scale: str, jobs, records) -> None:
+    """A run finished (or checkpointed, so it would resume) with other flags than the grid's is not the
+    current cell: refuse rather than count it as done, resume it, or delete it."""
+    stale = [f"{cell.name}/seed{seed}" for cell, seed in jobs
+             if records[cell.name, seed] is not None and is_stale(records[cell.name, seed], cell, seed)
+             and (records[cell.name, seed].get("status") == "done"
+                  or _has_checkpoint(run_dir_of(out, cell.name, seed)))]
+    if stale:
+        shown = ", ".join(stale[:5]) + (" ..." if len(stale) > 5 else "")
+        raise ValueError(f"{out}: {len(stale)} runs were trained with other flags than the {experiment} grid at "
+                         f"scale {scale} now gives ({shown}; compare their cell.json \"command\" with "
+                         f"`reluattn sweep {experiment} --scale {scale} --list`); pass a new --out to run the "
+                         f"current grid, or move those run folders away to train them again")
+
+
+def report_sweep(out, experiment: str | None = None, scale: str | None = None) -> dict:
+    """Rebuild the report of the sweep in `out` from its run directories, holding the folder's lock; the
+    experiment and scale are its sweep.json's (`experiment`, `scale`: refused when they differ)."""
+    from .report import write_report
+    with use_sweep_folder(out, experiment, scale, report=True) as saved:
+        return write_report(saved["experiment"], out, scale=saved["scale"])
 
 
 def _progress_bar(total: int, initial: int, progress: bool):

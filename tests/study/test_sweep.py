@@ -23,6 +23,7 @@ from reluattn.study import sweep as sweep_module
 from reluattn.study.experiments import EXPERIMENTS, SCALES, Cell, cells_of, train_arguments
 from reluattn.study.figures import FIGURES
 from reluattn.study.report import RUN_SPECIFIC_COLUMNS, write_report
+from reluattn.study.sweep_folder import is_stale, recorded_train_arguments
 from reluattn.training.presets import get_preset
 
 from train_helpers import ROOT, make_folder_dataset
@@ -63,8 +64,8 @@ def test_the_pilot_grid_is_the_one_its_runs_were_trained_with():
     for record_path in sorted((ROOT / "docs" / "run-logs" / "pilot").glob("*/*/seed*/cell.json")):
         record = json.loads(record_path.read_text())
         (cell,) = [c for c in cells_of(record["experiment"], "pilot") if c.name == record["cell"]]
-        assert record["command"].endswith(" ".join(train_arguments(cell, record["seed"]))), \
-            record_path
+        assert recorded_train_arguments(record["command"]) == train_arguments(cell, record["seed"]), record_path
+        assert not is_stale(record, cell, record["seed"])
 
 
 def test_the_cpu_scale_holds_out_a_test_split_and_trains_ten_epochs_on_the_rest():
@@ -120,23 +121,23 @@ def _environment(cache: Path) -> dict:
 NUMPY_STEPS = 24
 NUMPY_CELLS_SWEEP = f"""
 import sys
-from reluattn.study import experiments, sweep
+from reluattn.study import experiments, report, sweep
 
 def numpy_cells(experiment, scale):
     return [experiments.Cell(cell.name, cell.labels, {{**cell.flags, "--backend": "numpy", "--steps": {NUMPY_STEPS}}})
             for cell in experiments.cells_of(experiment, scale)]
 
-sweep.cells_of = numpy_cells
+sweep.cells_of = report.cells_of = numpy_cells  # the report reads the same grid (else its runs are stale)
 from reluattn.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 
 
-def _sweep(args, cache: Path, numpy_cells: bool = True):
+def _sweep(args, cache: Path, numpy_cells: bool = True, **options):
     """The sweep in a fresh process (its cells on the NumPy backend, or the plain `python -m reluattn`)."""
     start = ["-c", NUMPY_CELLS_SWEEP] if numpy_cells else ["-m", "reluattn"]
     return subprocess.Popen([sys.executable, *start, "sweep", *map(str, args)], env=_environment(cache),
-                            cwd=str(ROOT), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            cwd=str(ROOT), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **options)
 
 
 def _table(out: Path) -> list[dict]:
@@ -160,6 +161,7 @@ def test_smoke_sweep_kill_and_rerun_gives_the_uninterrupted_table(dataset, cache
     # second (training it again would only repeat what "whole" did).
     killed = tmp_path / "killed"
     shutil.copytree(whole / CELLS[0], killed / CELLS[0])
+    shutil.copy(whole / "sweep.json", killed / "sweep.json")  # a folder with cells but no sweep.json is refused
     process = _sweep([*common, "--out", killed], cache)
     second = killed / CELLS[1] / "seed0"
     deadline = time.time() + 600
@@ -185,9 +187,37 @@ def test_smoke_sweep_kill_and_rerun_gives_the_uninterrupted_table(dataset, cache
     assert "2 already done, 0 to run" in again.communicate(timeout=600)[0]
     (killed / "results.csv").unlink()
     (killed / "results.json").unlink()
-    report = _sweep(["kv-memory", "--scale", "smoke", "--report", "--out", killed], cache, numpy_cells=False)
+    report = _sweep(["kv-memory", "--report", "--out", killed], cache)  # the scale from sweep.json
     assert report.communicate(timeout=300)[0].startswith("wrote")
     assert _table(killed) == _table(whole)
+
+
+def test_ctrl_c_waits_for_the_cells_checkpoint_marks_it_interrupted_and_a_rerun_continues(dataset, cache, tmp_path):
+    """K1: Ctrl-C (SIGINT to the terminal's whole process group) printed an empty "reluattn: " and left
+    cell.json "running"; the trainer, also sent the sweep's forwarded copy, stopped without its stop-save."""
+    out = tmp_path / "sweep"
+    common = ["kv-memory", "--scale", "smoke", "--seeds", "1", "--data", dataset, "--cells", CELLS[0],
+              "--no-progress", "--out", out]
+    process = _sweep(common, cache, start_new_session=True)  # its own group, as a terminal's foreground job
+    run_dir = out / CELLS[0] / "seed0"
+    deadline = time.time() + 600
+    while not (run_dir / "checkpoints" / "LATEST").exists():
+        assert process.poll() is None, process.communicate()[0]
+        assert time.time() < deadline
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGINT)
+    output = process.communicate(timeout=600)[0]
+    assert process.returncode == 130, output
+    assert f"reluattn: interrupted by SIGINT: {CELLS[0]} seed 0 is marked interrupted" in output, output
+    assert json.loads((run_dir / "cell.json").read_text())["status"] == "interrupted"
+    log = (run_dir / "train.log").read_text()
+    assert "stopped by SIGINT" in log and "checkpoint saved" in log and "interrupted at once" not in log, log
+
+    rerun = _sweep(common, cache)
+    output = rerun.communicate(timeout=600)[0]
+    assert rerun.returncode == 0 and "1 run, 0 skipped, 0 failed" in output, output
+    assert "resuming" in (run_dir / "train.log").read_text()
+    assert json.loads((run_dir / "cell.json").read_text())["status"] == "done"
 
 
 def test_a_failed_cell_is_reported_and_the_others_run(dataset, cache, tmp_path, monkeypatch):

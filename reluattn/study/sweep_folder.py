@@ -1,0 +1,179 @@
+"""Who may use a sweep folder, and what `reluattn sweep` may find in it.
+
+    with use_sweep_folder(out, experiment, scale) as saved:            a sweep: lock, admit, clean
+    with use_sweep_folder(out, experiment, scale, report=True) as saved:   --report: sweep.json must be there
+    is_stale(record, cell, seed)        whether a cell's recorded train command is not the current grid's
+
+The lock is `fcntl.flock` on `<out>/.reluattn-sweep.lock`, held for the sweep's (or the report's) life, as a
+run folder's is (reluattn/training/run_folder.py): the kernel drops it when its holder ends, however it ends.
+The file holds the holder's PID and is never deleted (deleting it while another process opens it would let
+two sweeps in). `sweep.json` says which experiment and scale the folder holds; a folder without one is a
+sweep folder only while it is empty.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shlex
+from contextlib import contextmanager
+from pathlib import Path
+
+from ..training.files import TEMPORARY_MARK, write_atomically
+from .experiments import EXPERIMENTS, SCALES, train_arguments
+
+SWEEP_LOCK = ".reluattn-sweep.lock"
+SWEEP_RECORD = "sweep.json"
+REPORT_FILES = ("results.csv", "results.json")
+
+
+class SweepFolderError(ValueError):
+    """A sweep folder is in use, or is not a sweep of this experiment and scale; the message says what to do."""
+
+
+def _flock_exclusive(fd: int) -> bool:
+    """Whether the exclusive lock on `fd` was taken (False: another process holds it)."""
+    import fcntl  # here, not at the top: the package imports on systems without fcntl
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+class SweepFolderLock:
+    """An exclusive, non-blocking lock on a sweep folder for the life of a `with` block."""
+
+    def __init__(self, out):
+        self.out = Path(out)
+        self.path = self.out / SWEEP_LOCK
+        self.fd = None
+
+    def __enter__(self) -> "SweepFolderLock":
+        try:
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        except OSError as error:
+            if error.errno == errno.ELOOP:
+                raise SweepFolderError(f"{self.path} is a symbolic link; reluattn will not lock through it — "
+                                       f"remove it or choose another --out") from None
+            raise
+        if not _flock_exclusive(self.fd):
+            holder = os.pread(self.fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            os.close(self.fd)
+            self.fd = None
+            raise SweepFolderError(f"{self.out} is in use by another reluattn sweep (PID {holder}); wait for it "
+                                   f"to finish or stop it, or choose another --out")
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing the only descriptor releases the lock
+            self.fd = None
+
+
+def read_sweep_record(out) -> dict | None:
+    """{"experiment", "scale"} from `out`/sweep.json; None when there is none; an error when it is damaged."""
+    path = Path(out) / SWEEP_RECORD
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    try:
+        saved = json.loads(text)
+    except ValueError:
+        saved = None
+    if (not isinstance(saved, dict) or saved.get("experiment") not in EXPERIMENTS
+            or saved.get("scale") not in SCALES):
+        raise SweepFolderError(f"{path} is not a sweep record (it needs an \"experiment\" of "
+                               f"{', '.join(EXPERIMENTS)} and a \"scale\" of {', '.join(SCALES)}); fix it, or "
+                               f"choose another --out")
+    return {"experiment": saved["experiment"], "scale": saved["scale"]}
+
+
+def _our_temporaries(out: Path, experiment: str) -> list[Path]:
+    """The temporaries a killed sweep or report left in `out` (files.py names them ".<name>.<random>.tmp")."""
+    names = (*REPORT_FILES, SWEEP_RECORD, f"{experiment}.png")
+    return [entry for entry in out.iterdir() if entry.name.endswith(TEMPORARY_MARK)
+            and any(entry.name.startswith(f".{name}.") for name in names)
+            and (entry.is_symlink() or entry.is_file())]
+
+
+def _admitted(out: Path, experiment: str | None, scale: str | None, report: bool) -> dict | None:
+    """{"experiment", "scale"} of the sweep in `out`, or None for an empty folder a sweep may take; refuses
+    any other folder, and (with `report`) one without sweep.json or of another experiment or scale."""
+    saved = read_sweep_record(out) if out.is_dir() else None
+    if saved is None:
+        if report:
+            raise SweepFolderError(f"{out} holds no {SWEEP_RECORD}, so it is not a sweep folder; pass the --out "
+                                   f"of a sweep")
+        if not out.is_dir():
+            return None
+        ours = {SWEEP_LOCK, *(entry.name for entry in _our_temporaries(out, experiment))}
+        others = sorted(entry.name for entry in out.iterdir() if entry.name not in ours)
+        if others:
+            shown = ", ".join(others[:5]) + (" ..." if len(others) > 5 else "")
+            raise SweepFolderError(f"{out} is not empty and is not a sweep folder (no {SWEEP_RECORD}; it holds "
+                                   f"{shown}); choose another --out (a new or empty folder) — reluattn never "
+                                   f"overwrites files it did not write")
+        return None
+    wanted = {"experiment": experiment or saved["experiment"], "scale": scale or saved["scale"]}
+    if wanted != saved:
+        if report:
+            raise SweepFolderError(f"{out} holds the sweep {saved['experiment']} at scale {saved['scale']} (its "
+                                   f"{SWEEP_RECORD}), not {wanted['experiment']} at scale {wanted['scale']}; "
+                                   f"run `reluattn sweep {saved['experiment']} --report --out {out}`")
+        raise SweepFolderError(f"{out} holds the sweep {saved['experiment']} at scale {saved['scale']}; choose "
+                               f"another --out for {experiment} at scale {scale}")
+    return saved
+
+
+@contextmanager
+def use_sweep_folder(out, experiment: str | None, scale: str | None, *, report: bool = False):
+    """Hold `out`'s lock for the block, after admitting the folder: a sweep of `experiment` at `scale`, or an
+    empty folder (made a sweep's; not with `report`). Yields {"experiment", "scale"} from its sweep.json
+    (with `report`, a None `experiment` or `scale` is taken from there). Removes the temporaries a killed
+    sweep or report left."""
+    out = Path(out)
+    if os.path.lexists(out) and not out.is_dir():
+        raise SweepFolderError(f"{out} is a file, not a folder; pass a folder as --out (a new or empty one, or "
+                               f"the folder of a sweep)")
+    if report and not out.is_dir():
+        raise SweepFolderError(f"{out} is not a folder; pass the --out of a sweep")
+    _admitted(out, experiment, scale, report)  # before a lock file is made in a folder that is not a sweep's
+    out.mkdir(parents=True, exist_ok=True)
+    with SweepFolderLock(out):
+        saved = _admitted(out, experiment, scale, report)  # again, holding the lock
+        if saved is None:
+            saved = {"experiment": experiment, "scale": scale}
+            write_atomically(out / SWEEP_RECORD, json.dumps(saved, indent=2, sort_keys=True) + "\n")
+        for temporary in _our_temporaries(out, saved["experiment"]):
+            temporary.unlink()
+        yield saved
+
+
+def recorded_train_arguments(command) -> list[str] | None:
+    """The `reluattn train` arguments of a recorded command, less --out and --data (None: not one)."""
+    if not isinstance(command, str):
+        return None
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return None
+    if words[:2] != ["reluattn", "train"]:
+        return None
+    words, arguments = words[2:], []
+    while words:
+        word = words.pop(0)
+        if word in ("--out", "--data") and words:
+            words.pop(0)
+        else:
+            arguments.append(word)
+    return arguments
+
+
+def is_stale(record: dict, cell, seed: int) -> bool:
+    """Whether a cell record's run is not the current grid's (its train command differs; --out and --data may)."""
+    return recorded_train_arguments(record.get("command")) != train_arguments(cell, seed)
