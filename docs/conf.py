@@ -117,8 +117,25 @@ def notebook_links(app, doctree):
     title_section.insert(1, paragraph)
 
 
+def make_exercises():
+    """tutorials/make_exercises.py, which knows the answer markers (imported by path: not a package)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("make_exercises", ROOT / "tutorials" / "make_exercises.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def hidden_results(app, docname, source):
+    """The student site: every result marked `<!-- BEGIN ANSWER -->` ... `<!-- END ANSWER -->` in a page (the
+    Derivations page holds the exercises' results) replaced by a line saying it is the student's to derive."""
+    if STUDENT and "BEGIN ANSWER" in source[0]:
+        source[0] = make_exercises().hide_answers(source[0], page=True)
+
+
 def setup(app):
     app.connect("source-read", optional_pages)
+    app.connect("source-read", hidden_results)
     app.connect("doctree-read", notebook_links, priority=400)
 
 
@@ -144,6 +161,7 @@ html_theme = "furo"
 html_title = "reluattn"
 html_static_path = ["_static"]
 html_css_files = ["reluattn.css"]
+html_copy_source = not STUDENT  # _sources/*.txt would hold the results the student pages leave out
 highlight_language = "text"  # fences without a language are shown as typed (notebook cells are Python)
 pygments_style = "friendly"
 pygments_dark_style = "monokai"

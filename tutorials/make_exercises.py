@@ -46,6 +46,9 @@ BLANK = 'raise NotImplementedError("your code here: see the derivation above")'
 BEGIN_ANSWER, END_ANSWER = "<!-- BEGIN ANSWER -->", "<!-- END ANSWER -->"
 DERIVE = ("*The result is yours to derive from the steps above; the checker under your code says when it is "
           "right.*")
+DERIVE_PAGE = ("*Left out of the student site: this result is one of the course's exercises, derived in its tutorial; "
+               "the instructor's site shows it.*")
+PAGES_WITH_ANSWERS = (TUTORIALS.parent / "docs" / "derivations.md",)  # docs pages whose marked results students must not see
 INSTALL = """# reluattn must be importable. In the project's environment (`make lab`) it is, and this cell does nothing.
 # Elsewhere (e.g. Colab) install it from a copy of this project: it is not published on PyPI, so a plain
 # `pip install reluattn` would fetch whatever package holds that name there.
@@ -92,9 +95,9 @@ def blank_out(source: str) -> str:
     return replace_marked(source, BEGIN, END, lambda line: line[:len(line) - len(line.lstrip())] + BLANK)
 
 
-def hide_answers(source: str) -> str:
-    """A markdown cell with every marked result replaced by DERIVE."""
-    return replace_marked(source, BEGIN_ANSWER, END_ANSWER, lambda line: DERIVE)
+def hide_answers(source: str, page: bool = False) -> str:
+    """A markdown cell (or, page=True, a docs page) with every marked result replaced by DERIVE (DERIVE_PAGE)."""
+    return replace_marked(source, BEGIN_ANSWER, END_ANSWER, lambda line: DERIVE_PAGE if page else DERIVE)
 
 
 def exercise_functions(source: str) -> list[str]:
@@ -110,12 +113,13 @@ def exercise_functions(source: str) -> list[str]:
 
 
 def marked_lines(source: str, begin: str, end: str) -> list[str]:
-    """The stripped, non-trivial lines between the markers: what a student version must not hold."""
+    """The stripped, non-trivial lines between the markers (not comments, nor a table's |---| rule): what a
+    student version must not hold."""
     lines, inside = [], False
     for line in source.split("\n"):
         if line.strip() in (begin, end):
             inside = line.strip() == begin
-        elif inside and len(line.strip()) > 12 and not line.strip().startswith("#"):
+        elif inside and len(line.strip()) > 12 and not line.strip().startswith("#") and re.search(r"\w{2}", line):
             lines.append(line.strip())
     return lines
 
@@ -147,9 +151,16 @@ def reference_lines() -> list[str]:
     return sorted(found)
 
 
+def page_hidden_lines() -> list[str]:
+    """The results marked in the docs pages (the Derivations page), line by line."""
+    return [line for page in PAGES_WITH_ANSWERS if page.exists()
+            for line in marked_lines(page.read_text(encoding="utf-8"), BEGIN_ANSWER, END_ANSWER)]
+
+
 def solution_lines() -> list[str]:
     """Everything a student version or the student site must not hold."""
-    return sorted({line for tutorial in tutorial_paths() for line in hidden_lines(tutorial)} | set(reference_lines()))
+    return sorted({line for tutorial in tutorial_paths() for line in hidden_lines(tutorial)} | set(reference_lines())
+                  | set(page_hidden_lines()))
 
 
 def student_notebook(tutorial: Path):
