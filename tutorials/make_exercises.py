@@ -163,6 +163,25 @@ def solution_lines() -> list[str]:
                   | set(page_hidden_lines()))
 
 
+def with_answer_cells(cell) -> list:
+    """An "Exercises" cell split at each further question (`N. ` items after "Further"), each question followed
+    by a markdown cell for the student's answer."""
+    position = cell.source.index("Further", cell.source.index("## Exercises"))
+    preamble, *questions = re.split(r"(?m)^(?=\d+\. )", cell.source[position:])
+    first = nbformat.v4.new_markdown_cell(cell.source[:position] + preamble.rstrip("\n"))
+    first.id = cell.get("id", "exercises")
+    cells = [first]
+    for question in questions:
+        number = question.split(".", 1)[0]
+        asked = nbformat.v4.new_markdown_cell(question.rstrip("\n"))
+        asked.id = f"further-{number}"
+        answer = nbformat.v4.new_markdown_cell(f"**Your answer to question {number}.** *(Write it here: text, "
+                                               f"formulas in `$...$`, or a code cell below this one.)*")
+        answer.id = f"answer-{number}"
+        cells += [asked, answer]
+    return cells
+
+
 def student_notebook(tutorial: Path):
     """The student version of one tutorial, as a notebook object without outputs (the tutorials are committed
     with theirs)."""
@@ -175,6 +194,10 @@ def student_notebook(tutorial: Path):
             cell.outputs, cell.execution_count = [], None  # a solution cell's output would give it away
         elif cell.cell_type == "markdown":
             cell.source = hide_answers(cell.source)
+    for index in reversed(range(len(notebook.cells))):
+        cell = notebook.cells[index]
+        if cell.cell_type == "markdown" and "## Exercises" in cell.source and "Further" in cell.source:
+            notebook.cells[index:index + 1] = with_answer_cells(cell)
     intro = nbformat.v4.new_markdown_cell(
         f"**Exercises.** Each `raise NotImplementedError` marks code for you to write: "
         f"{', '.join(f'`{name}`' for name in names)}. The cell after each one runs its checker from "
