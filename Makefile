@@ -36,7 +36,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/numpy_backend.py
 
 # The two sites (warnings are errors): docs/_build/student, the exercise versions of the notebooks (not run,
-# no solutions), and docs/_build/instructor, the tutorials executed (RELUATTN_QUICK=1) with the course's
+# no solutions; the figures of the cells that hold and use no exercise), and docs/_build/instructor, the tutorials executed (RELUATTN_QUICK=1) with the course's
 # answer keys and notes. Then both are checked for solution code (student) and machine paths (both).
 docs: $(DOCS_STAMP)
 	$(PY) -m sphinx -W --keep-going -q -b html -t student docs docs/_build/student

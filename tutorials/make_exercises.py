@@ -19,7 +19,10 @@ sits between two HTML comments, invisible in the rendered tutorial:
     $$ \frac{\partial\ell}{\partial x} = ... $$
     <!-- END ANSWER -->
 
-and the student version says instead that the result is theirs to derive. The student version links to
+and the student version says instead that the result is theirs to derive. The same markers in a docs page
+(docs/derivations.md) keep its results off the student site (docs/conf.py). A code cell may also be marked
+as a whole (no `def` before its `# BEGIN SOLUTION`): it is a demonstration built on answers, blanked alike
+but graded by no checker. Each further question of a tutorial's "Exercises" cell gets an answer cell under it. The student version links to
 nothing that holds the answers, and starts with a cell that installs reluattn from a copy of the project where it is missing (e.g. Colab).
 
     python tutorials/make_exercises.py          # (re)write tutorials/exercises/*.ipynb

@@ -179,3 +179,17 @@ def test_the_student_site_holds_no_solution(tmp_path):
     derivations = site_check.page_text(site / "derivations.html")
     assert derivations.count("Left out of the student site") == 9 and not leaks(derivations)
     assert not (site / "_sources" / "derivations.md.txt").exists()
+    figures = site_check.page_text(site / "tutorials" / "06_parallelism.html")
+    assert "blocked relu / L against" not in figures  # a cell that runs an exercise shows no output
+    assert len(list((site / "_images").glob("*.png"))) >= 6  # the tutorials' figures are on the student pages
+
+
+def test_every_figure_of_the_tutorials_has_alt_text_saying_what_it_shows():
+    figures = 0
+    for path in sorted((ROOT / "tutorials").glob("[0-9][0-9]_*.ipynb")):
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type == "code" and any("image/png" in output.get("data", {}) for output in cell.outputs):
+                figures += 1
+                alt = cell.metadata.get("mystnb", {}).get("image", {}).get("alt", "")
+                assert len(alt.split()) >= 8 and ".png" not in alt, f"{path.name}: a figure without alt text"
+    assert figures >= 20
