@@ -6,10 +6,11 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 DOCS_STAMP := $(VENV)/.installed-docs
+COURSE_STAMP := $(VENV)/.installed-course
 # Extra flags for `make train`, e.g. make train ARGS="--attention softmax --out runs/softmax"
 ARGS   ?=
 
-.PHONY: train test bench docs notebooks slides lab clean
+.PHONY: train test bench docs notebooks slides lab course grade clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +22,10 @@ $(DOCS_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet -e ".[dev,docs]"
 	touch $(DOCS_STAMP)
 
+$(COURSE_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e ".[dev,course]"
+	touch $(COURSE_STAMP)
+
 train: $(STAMP)
 	$(PY) -m reluattn train --preset cpu-fast $(ARGS)
 
@@ -31,7 +36,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/numpy_backend.py
 
 # The two sites (warnings are errors): docs/_build/student, the exercise versions of the notebooks (not run,
-# no solutions), and docs/_build/instructor, the tutorials executed (RELUATTN_QUICK=1) with the course's
+# no solutions; the figures of the cells that hold and use no exercise), and docs/_build/instructor, the tutorials executed (RELUATTN_QUICK=1) with the course's
 # answer keys and notes. Then both are checked for solution code (student) and machine paths (both).
 docs: $(DOCS_STAMP)
 	$(PY) -m sphinx -W --keep-going -q -b html -t student docs docs/_build/student
@@ -46,11 +51,26 @@ ONLY ?=
 notebooks: $(STAMP)
 	$(PY) tutorials/execute_tutorials.py $(ONLY)
 
-# Slides from the tutorials (nbconvert's reveal.js exporter, a slide per section, with the outputs committed in
-# them), into docs/_build/slides.
+# Slides (nbconvert's reveal.js exporter, a slide per section): lecture decks from the exercise versions (no
+# answers; the committed figures of the cells that hold no exercise) into docs/_build/slides, and instructor
+# decks from the tutorials (solutions and outputs) into docs/_build/slides/instructor.
 slides: $(STAMP)
 	$(PY) docs/_ext/make_slides.py --out docs/_build/slides
-	@echo "open docs/_build/slides/01_why_1_over_L.slides.html"
+	$(PY) docs/_ext/make_slides.py --out docs/_build/slides --instructor
+	@echo "open docs/_build/slides/01_why_1_over_L.slides.html (lecture) or docs/_build/slides/instructor/ (with answers)"
+
+# The class workflow (docs/course.md): dist/course/ with the student bundle (exercise notebooks, the reluattn
+# wheel, a CIFAR-10 subset of DATA, an image-folder zip such as the JPEG copy) and the otter-grader autograder
+# with hidden tests; then `make grade SUBMISSIONS=folder` writes scores.csv (points per question).
+DATA ?= $(RELUATTN_DATA)
+SUBMISSIONS ?= submissions
+SCORES ?= scores.csv
+course: $(COURSE_STAMP)
+	@test -n "$(DATA)" || { echo "make course: give DATA=<an image-folder zip of CIFAR-10 (train/<class>/<image>)>"; exit 2; }
+	$(PY) course/make_course.py --data "$(DATA)"
+
+grade: $(COURSE_STAMP)
+	$(PY) dist/course/autograder/grade.py "$(SUBMISSIONS)" --out "$(SCORES)"
 
 # Jupyter Lab on the tutorials (students: tutorials/exercises/), without running the tests first.
 lab: $(STAMP)

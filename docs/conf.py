@@ -1,8 +1,9 @@
 """Sphinx configuration for the reluattn site, in two builds for two audiences (`make docs` makes both):
 
     sphinx-build -t student docs docs/_build/student    the student site: the tutorials' exercise versions
-                                                          (tutorials/exercises/, not executed: no solution
-                                                          code, no outputs), no instructor pages
+                                                          (not executed: no solution code, no hidden result;
+                                                          the committed figures of the cells that hold and use
+                                                          no exercise), no instructor pages
     sphinx-build docs docs/_build/instructor             the instructor site: the tutorials with their
                                                           solutions, executed while the site is built, the
                                                           course's answer keys, rubrics and notes
@@ -59,9 +60,15 @@ myst_heading_anchors = 3
 smartquotes = False  # keep -- and quotes as typed: command-line flags and code-like text
 
 
+def lecture_version(tutorial: Path) -> bytes:
+    import nbformat
+    from make_slides import lecture_notebook  # docs/_ext is on sys.path
+    return nbformat.writes(lecture_notebook(tutorial)).encode("utf-8")
+
+
 def copy_tutorials() -> None:
-    """tutorials/NN_*.ipynb (the student site: tutorials/exercises/NN_*.ipynb) -> docs/tutorials/ (only those
-    that changed, so rebuilds of one site stay incremental)."""
+    """tutorials/NN_*.ipynb (the student site: the exercise versions with the figures, lecture_version) ->
+    docs/tutorials/ (only those that changed, so rebuilds of one site stay incremental)."""
     target = DOCS / "tutorials"
     target.mkdir(exist_ok=True)
     source = ROOT / "tutorials" / "exercises" if STUDENT else ROOT / "tutorials"
@@ -71,8 +78,11 @@ def copy_tutorials() -> None:
             stale.unlink()
     for name, source in wanted.items():
         copy = target / name
-        if not copy.exists() or copy.read_bytes() != source.read_bytes():
-            shutil.copyfile(source, copy)
+        # The student pages show the figures too: the exercise version with the tutorial's committed outputs
+        # of the cells that hold and use no exercise (make_slides.lecture_notebook, as the lecture slides).
+        content = lecture_version(ROOT / "tutorials" / name) if STUDENT else source.read_bytes()
+        if not copy.exists() or copy.read_bytes() != content:
+            copy.write_bytes(content)
     # The exercise versions, offered for download beside every page (not pages themselves).
     exercises = target / "exercises"
     exercises.mkdir(exist_ok=True)
@@ -105,7 +115,7 @@ def notebook_links(app, doctree):
     if not docname.startswith("tutorials/") or not (DOCS / f"{docname}.ipynb").exists():
         return
     name = docname.split("/", 1)[1] + ".ipynb"
-    links = ([("the notebook to run (exercise version)", name)] if STUDENT else
+    links = ([("the notebook to run (exercise version)", f"exercises/{name}")] if STUDENT else
              [("this notebook, with solutions and outputs", name),
               ("its exercise version, for students", f"exercises/{name}")])
     paragraph = nodes.paragraph("", "Download: ", classes=["notebook-links"])
@@ -118,15 +128,32 @@ def notebook_links(app, doctree):
     title_section.insert(1, paragraph)
 
 
+def make_exercises():
+    """tutorials/make_exercises.py, which knows the answer markers (imported by path: not a package)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("make_exercises", ROOT / "tutorials" / "make_exercises.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def hidden_results(app, docname, source):
+    """The student site: every result marked `<!-- BEGIN ANSWER -->` ... `<!-- END ANSWER -->` in a page (the
+    Derivations page holds the exercises' results) replaced by a line saying it is the student's to derive."""
+    if STUDENT and "BEGIN ANSWER" in source[0]:
+        source[0] = make_exercises().hide_answers(source[0], page=True)
+
+
 def setup(app):
     app.connect("source-read", optional_pages)
+    app.connect("source-read", hidden_results)
     app.connect("doctree-read", notebook_links, priority=400)
 
 
 # ------------------------------------------------------------------------------------------- notebooks
 
 # The instructor site runs every notebook again (its committed outputs are replaced by this build's); the
-# student site shows the exercise versions as they are, without outputs.
+# student site shows the exercise versions, with the committed outputs of the cells that hold and use no exercise.
 nb_execution_mode = "off" if STUDENT else "force"
 nb_execution_timeout = 600           # seconds per cell
 nb_execution_raise_on_error = True   # a failing check cell fails the build
@@ -145,6 +172,9 @@ html_theme = "furo"
 html_title = "reluattn"
 html_static_path = ["_static"]
 html_css_files = ["reluattn.css"]
+html_copy_source = not STUDENT  # _sources/*.txt would hold the results the student pages leave out
 highlight_language = "text"  # fences without a language are shown as typed (notebook cells are Python)
-pygments_style = "friendly"
-pygments_dark_style = "monokai"
+# Code colours with at least 7:1 contrast for every token against their background (WCAG AAA), comments
+# included ("friendly" had 2.6:1 for comments, 2.2:1 for constants; monokai 3.5:1): Pygments' a11y styles.
+pygments_style = "a11y-high-contrast-light"
+pygments_dark_style = "a11y-high-contrast-dark"

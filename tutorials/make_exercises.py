@@ -19,7 +19,10 @@ sits between two HTML comments, invisible in the rendered tutorial:
     $$ \frac{\partial\ell}{\partial x} = ... $$
     <!-- END ANSWER -->
 
-and the student version says instead that the result is theirs to derive. The student version links to
+and the student version says instead that the result is theirs to derive. The same markers in a docs page
+(docs/derivations.md) keep its results off the student site (docs/conf.py). A code cell may also be marked
+as a whole (no `def` before its `# BEGIN SOLUTION`): it is a demonstration built on answers, blanked alike
+but graded by no checker. Each further question of a tutorial's "Exercises" cell gets an answer cell under it. The student version links to
 nothing that holds the answers, and starts with a cell that installs reluattn from a copy of the project where it is missing (e.g. Colab).
 
     python tutorials/make_exercises.py          # (re)write tutorials/exercises/*.ipynb
@@ -46,6 +49,9 @@ BLANK = 'raise NotImplementedError("your code here: see the derivation above")'
 BEGIN_ANSWER, END_ANSWER = "<!-- BEGIN ANSWER -->", "<!-- END ANSWER -->"
 DERIVE = ("*The result is yours to derive from the steps above; the checker under your code says when it is "
           "right.*")
+DERIVE_PAGE = ("*Left out of the student site: this result is one of the course's exercises, derived in its tutorial; "
+               "the instructor's site shows it.*")
+PAGES_WITH_ANSWERS = (TUTORIALS.parent / "docs" / "derivations.md",)  # docs pages whose marked results students must not see
 INSTALL = """# reluattn must be importable. In the project's environment (`make lab`) it is, and this cell does nothing.
 # Elsewhere (e.g. Colab) install it from a copy of this project: it is not published on PyPI, so a plain
 # `pip install reluattn` would fetch whatever package holds that name there.
@@ -92,9 +98,9 @@ def blank_out(source: str) -> str:
     return replace_marked(source, BEGIN, END, lambda line: line[:len(line) - len(line.lstrip())] + BLANK)
 
 
-def hide_answers(source: str) -> str:
-    """A markdown cell with every marked result replaced by DERIVE."""
-    return replace_marked(source, BEGIN_ANSWER, END_ANSWER, lambda line: DERIVE)
+def hide_answers(source: str, page: bool = False) -> str:
+    """A markdown cell (or, page=True, a docs page) with every marked result replaced by DERIVE (DERIVE_PAGE)."""
+    return replace_marked(source, BEGIN_ANSWER, END_ANSWER, lambda line: DERIVE_PAGE if page else DERIVE)
 
 
 def exercise_functions(source: str) -> list[str]:
@@ -110,12 +116,13 @@ def exercise_functions(source: str) -> list[str]:
 
 
 def marked_lines(source: str, begin: str, end: str) -> list[str]:
-    """The stripped, non-trivial lines between the markers: what a student version must not hold."""
+    """The stripped, non-trivial lines between the markers (not comments, nor a table's |---| rule): what a
+    student version must not hold."""
     lines, inside = [], False
     for line in source.split("\n"):
         if line.strip() in (begin, end):
             inside = line.strip() == begin
-        elif inside and len(line.strip()) > 12 and not line.strip().startswith("#"):
+        elif inside and len(line.strip()) > 12 and not line.strip().startswith("#") and re.search(r"\w{2}", line):
             lines.append(line.strip())
     return lines
 
@@ -147,9 +154,35 @@ def reference_lines() -> list[str]:
     return sorted(found)
 
 
+def page_hidden_lines() -> list[str]:
+    """The results marked in the docs pages (the Derivations page), line by line."""
+    return [line for page in PAGES_WITH_ANSWERS if page.exists()
+            for line in marked_lines(page.read_text(encoding="utf-8"), BEGIN_ANSWER, END_ANSWER)]
+
+
 def solution_lines() -> list[str]:
     """Everything a student version or the student site must not hold."""
-    return sorted({line for tutorial in tutorial_paths() for line in hidden_lines(tutorial)} | set(reference_lines()))
+    return sorted({line for tutorial in tutorial_paths() for line in hidden_lines(tutorial)} | set(reference_lines())
+                  | set(page_hidden_lines()))
+
+
+def with_answer_cells(cell) -> list:
+    """An "Exercises" cell split at each further question (`N. ` items after "Further"), each question followed
+    by a markdown cell for the student's answer."""
+    position = cell.source.index("Further", cell.source.index("## Exercises"))
+    preamble, *questions = re.split(r"(?m)^(?=\d+\. )", cell.source[position:])
+    first = nbformat.v4.new_markdown_cell(cell.source[:position] + preamble.rstrip("\n"))
+    first.id = cell.get("id", "exercises")
+    cells = [first]
+    for question in questions:
+        number = question.split(".", 1)[0]
+        asked = nbformat.v4.new_markdown_cell(question.rstrip("\n"))
+        asked.id = f"further-{number}"
+        answer = nbformat.v4.new_markdown_cell(f"**Your answer to question {number}.** *(Write it here: text, "
+                                               f"formulas in `$...$`, or a code cell below this one.)*")
+        answer.id = f"answer-{number}"
+        cells += [asked, answer]
+    return cells
 
 
 def student_notebook(tutorial: Path):
@@ -164,6 +197,10 @@ def student_notebook(tutorial: Path):
             cell.outputs, cell.execution_count = [], None  # a solution cell's output would give it away
         elif cell.cell_type == "markdown":
             cell.source = hide_answers(cell.source)
+    for index in reversed(range(len(notebook.cells))):
+        cell = notebook.cells[index]
+        if cell.cell_type == "markdown" and "## Exercises" in cell.source and "Further" in cell.source:
+            notebook.cells[index:index + 1] = with_answer_cells(cell)
     intro = nbformat.v4.new_markdown_cell(
         f"**Exercises.** Each `raise NotImplementedError` marks code for you to write: "
         f"{', '.join(f'`{name}`' for name in names)}. The cell after each one runs its checker from "

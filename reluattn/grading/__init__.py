@@ -4,8 +4,11 @@ Each checker takes the student's function, runs it on private copies of its inpu
 against reluattn's reference and, for a backward pass, against central finite differences. A right answer
 prints a tick; a wrong one raises `ExerciseFailed` with one short message that names the mistake (a shape, a
 sign, a factor and which one, a known slip, which input's gradient, which configuration) or, when it cannot,
-says what to re-derive. Passing reluattn's own function, or calling it from inside yours, is refused: the
-exercise is to write it.
+says what to re-derive (never the answer). Refused, with a message that says why (refusal.py): any reluattn
+function passed as the answer; reluattn's answer called from inside yours (the drop-ins
+`jax_backend.dot_product_attention` and NumPy's included, jitted or not) or pasted in with its docstring;
+finite differences (`numeric_gradient`, `gradient_check`) inside your function; and JAX (`jax.grad`,
+`jax.vjp`, ...) inside a NumPy backward of notebook 02. The exercise is to write it.
 
     from reluattn.grading import check_layernorm_backward
     check_layernorm_backward(my_layernorm_backward)   # ✓ layernorm_backward: dx, grads['scale'], ... agree

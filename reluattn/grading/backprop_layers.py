@@ -39,8 +39,9 @@ def check_dense_backward(student_backward, seed: int = 0) -> dict:
     mistakes = {"grads['w']": {"only the last row's x^T dout is there: the weight is used at every row, so "
                                "sum x_r^T dout_r over all rows": np.outer(rows_in[-1], rows_out[-1])}}
     return grade("dense_backward", student, reference, numeric, factors=factors, mistakes=mistakes,
-                 hint="out_r = x_r W + b for every row r: dx = dout W^T; dW = sum over rows of x_r^T dout_r "
-                      "(shape (in, out)); db = sum over rows of dout_r (shape (out,))")
+                 hint="re-derive it entry by entry: out_rn = sum_m x_rm W_mn + b_n for every row r; differentiate "
+                      "by x_rm, W_mn and b_n, sum over every index that does not appear in what you differentiate "
+                      "by, and check each result's shape against the input's (dW is (in, out), db is (out,))")
 
 
 @checker

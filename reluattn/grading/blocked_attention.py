@@ -26,8 +26,8 @@ MEMORY_BLOCK = 64
 
 
 HINTS = {"relu": "out = the sum over key blocks b of relu(q k_b^T / sqrt(Dh)) v_b, divided once by the total L",
-         "softmax": "keep for each query a running maximum m, normaliser z and unnormalised output a; at each "
-                    "block rescale z and a by e^(m_old - m_new), add the block's terms; return a / z at the end"}
+         "softmax": "re-derive §3's update: per query, what must happen to what was accumulated against the old "
+                    "maximum when a block raises it (e^(s - m') in terms of e^(s - m)), and when to divide"}
 
 
 def full_attention(q, k, v, kind: str):

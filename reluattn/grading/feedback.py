@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from .finite_differences import relative_error
-from .refusal import refused, watching
+from .refusal import refused_argument, watching
 
 TOLERANCE = 1e-6  # relative error allowed against the float64 reference
 PACKAGE = Path(__file__).resolve().parents[1]  # reluattn/
@@ -59,8 +59,7 @@ def _where(error: BaseException) -> str:
 
 def _refuse_if_called(name: str, watch) -> None:
     if watch.used:
-        raise ExerciseFailed(f"{name}: your function calls reluattn's implementation ({watch.used}); the exercise "
-                             f"is to write it yourself")
+        raise ExerciseFailed(f"{name}: {watch.used}; the exercise is to write it yourself")
 
 
 def call_student(function, name: str, *args):
@@ -69,10 +68,9 @@ def call_student(function, name: str, *args):
     or called in its place, into ExerciseFailed."""
     if not callable(function):
         raise ExerciseFailed(f"{name}: expected a function, got {type(function).__name__}")
-    own = refused(name, function)
+    own = refused_argument(name, function)
     if own:
-        raise ExerciseFailed(f"{name}: you passed reluattn's implementation ({own}); the exercise is to write it "
-                             f"yourself — pass your own function")
+        raise ExerciseFailed(f"{name}: {own}; the exercise is to write it yourself — pass your own function")
     watch = watching(name)
     try:
         with watch:

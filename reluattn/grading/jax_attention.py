@@ -132,8 +132,9 @@ def check_attention_vjp(student_vjp, seed: int = 0) -> None:
                         "that jax.vjp differentiates": reference_gradients(q, k, v, dout, 1.0)[name]}
             problems.append(diagnose(f"{name} (alpha={alpha:g})", got, reference[name], mistakes=mistakes,
                                      tolerance=tolerance))
-    report("attention_vjp", problems, "out, pullback = jax.vjp(f, q, k, v) with f(q, k, v) your relu attention at "
-                                      "this alpha; pullback(dout) is (dq, dk, dv)")
+    report("attention_vjp", problems, "re-read §2's exercise text on jax.vjp: which function of which inputs it differentiates "
+                                      "(alpha fixed), what its pullback takes (a cotangent shaped like the output) and "
+                                      "what it returns (one gradient per input)")
     passed("attention_vjp", f"dq, dk, dv agree with the NumPy backend's hand-written backward and with finite "
                             f"differences for alpha = {', '.join(f'{a:g}' for a in ALPHAS)}"
                             f"{_precision_note(tolerances)}")

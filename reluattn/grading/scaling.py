@@ -154,8 +154,8 @@ def check_output_variance(student_variance, seed: int = 0) -> None:
                                         factors={"2: E[relu(z)^2] = 1/2, not 1": 2.0,
                                                  "1/2: E[relu(z)^2] = 1/2 was counted twice": 0.5},
                                         mistakes=mistakes)],
-           "Var(o) = sum_j E[w_j^2] E[v_j^2] with w_j = scale * L^-alpha * relu(s_j): L equal terms, each "
-           "scale^2 L^(-2 alpha) E[relu(z)^2]")
+           "re-derive it from Var(o) = E[sum_j w_j^2] (the v_j have variance 1): how many terms, what is one "
+           "term for w_j = scale * L^-alpha * relu(s_j), and what is E[relu(z)^2] (§2)?")
     rng = np.random.default_rng(seed)
     scores, values = rng.normal(size=(2, 20_000, 256))  # (2, samples, L)
     simulated = float(np.var((np.maximum(scores, 0) * values).sum(-1) / 256))  # alpha = 1, scale = 1

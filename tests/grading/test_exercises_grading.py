@@ -4,7 +4,10 @@ and its finite-difference tools are right."""
 
 from __future__ import annotations
 
+import ast
+import inspect
 import math
+import textwrap
 import traceback
 import types
 
@@ -19,10 +22,16 @@ from reluattn.numpy_backend import attention_weights, layers, mlp, model, multih
 
 
 def independent(function):
-    """The same code under a new code object: the refusal recognises reluattn's functions by their code
-    object, so this copy passes as a student's own (the tests build right and wrong answers from it)."""
-    return types.FunctionType(function.__code__.replace(), function.__globals__, function.__name__,
-                              function.__defaults__, function.__closure__)
+    """The same code compiled again outside reluattn, with one extra statement: a student's own function as
+    far as the checkers can tell (an unchanged copy, even under new variable names, is refused as pasted;
+    tests below). The tests build right and wrong answers from these copies."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+    definition = tree.body[0]
+    definition.decorator_list = []
+    definition.body.insert(1 if ast.get_docstring(definition) else 0, ast.parse("_independent_copy = True").body[0])
+    module = compile(tree, f"<independent copy of {function.__name__}>", "exec")
+    code = next(const for const in module.co_consts if isinstance(const, types.CodeType))
+    return types.FunctionType(code, function.__globals__, function.__name__, function.__defaults__)
 
 
 dense_backward = independent(layers.dense_backward)
@@ -615,7 +624,7 @@ WRONG_ANSWERS = {  # checker: [(wrong answer, a fragment its message must hold),
                                                                 "b": dout.sum((0, 1))}), "only the last row"),
         (lambda dout, cache: (-dense_backward(dout, cache)[0], dense_backward(dout, cache)[1]), "wrong sign"),
         (lambda dout, cache: (dense_backward(dout, cache)[0] + 0.01, dense_backward(dout, cache)[1]),
-         "hint: out_r = x_r W + b"),
+         "hint: re-derive it entry by entry"),
     ],
     grading.check_layernorm_backward: [
         (lambda dout, cache: layernorm_variant(dout, cache, axis=0), "the means run over the wrong axis"),
@@ -728,7 +737,7 @@ WRONG_ANSWERS = {  # checker: [(wrong answer, a fragment its message must hold),
         (lambda q, k, v, b: blocked_relu_variant(q, k, v, b) + 0.01, "hint: out = the sum over key blocks"),
     ],
     grading.check_online_softmax_attention: [
-        (lambda q, k, v, b: numpy_online_softmax(q, k, v, b) * 1.01, "hint: keep for each query a running maximum"),
+        (lambda q, k, v, b: numpy_online_softmax(q, k, v, b) * 1.01, "hint: re-derive §3's update"),
     ],
 }
 

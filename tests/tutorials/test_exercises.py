@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import inspect
+import re
 from pathlib import Path
 
 import nbformat
@@ -174,3 +175,15 @@ def test_install_cell_installs_only_the_copy_it_is_given(monkeypatch):
         student = nbformat.read(make_exercises.EXERCISES / path.name, as_version=4)
         (install,) = [cell for cell in student.cells if cell.get("id") == "install-reluattn"]
         assert install.source == make_exercises.INSTALL
+
+
+def test_every_further_question_is_followed_by_an_answer_cell():
+    for path in TUTORIALS:
+        tutorial = next(cell.source for cell in nbformat.read(path, as_version=4).cells
+                        if cell.cell_type == "markdown" and "## Exercises" in cell.source)
+        asked = re.findall(r"^(\d+)\. ", tutorial.split("## Exercises", 1)[1].split("Further", 1)[1], flags=re.M)
+        cells = nbformat.read(make_exercises.EXERCISES / path.name, as_version=4).cells
+        for number in asked:
+            position = next(i for i, cell in enumerate(cells) if cell.source.startswith(f"{number}. "))
+            assert cells[position + 1].source.startswith(f"**Your answer to question {number}.**"), path.name
+        assert asked and len(asked) == sum(cell.source.startswith("**Your answer") for cell in cells)
