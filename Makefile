@@ -29,7 +29,7 @@ $(COURSE_STAMP): $(STAMP)
 train: $(STAMP)
 	$(PY) -m reluattn train --preset cpu-fast $(ARGS)
 
-test: $(STAMP)
+test: $(DOCS_STAMP) $(COURSE_STAMP)   # the course and site tests need both extras: nothing is skipped
 	$(PY) -m pytest -q
 
 bench: $(STAMP)
