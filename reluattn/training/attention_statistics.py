@@ -10,7 +10,7 @@ Per block (lists indexed by block), over every row (image, head, query) of the w
     entropy_ratio              mean over rows of H(p_i) / log L, p_i = |w_i| / sum_j |w_ij| (1: uniform rows)
     zero_fraction              the fraction of weights that are exactly 0 (relu's inactive scores)
     top_share                  mean over rows of the share of sum_j |w_ij| held by its top 0.2 % of entries:
-                               max(1, round(0.002 L)) entries, as in notebook 05 (reluattn.grading.memories;
+                               max(1, round(0.002 L)) entries, as in notebook 05 (reluattn.attention_maps;
                                with L = 65 that is the largest weight of the row, with L = 1025 the top 2)
     regulariser                mean over rows of |log max(sum_j w_ij, 1e-6)| + max(0, H(p_i) - c log L): the
                                row-sum + entropy regulariser of ReLUFormer (a secondary reading), c =
@@ -30,7 +30,7 @@ import math
 
 import numpy as np
 
-from ..grading.memories import top_share
+from ..attention_maps import top_share
 
 TOP_FRACTION = 0.002     # "top 0.2 %" of a row's entries
 STATISTICS_IMAGES = 256  # the fixed batch: the first this many validation images ...
