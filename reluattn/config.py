@@ -32,9 +32,9 @@ ATTENTION_KINDS = (
 #      sigmoid_bias, pointwise / pointwise_derivative / length_factor there).
 #   3. jax_backend/attention_weights.py POINTWISE: h (autodiff gives h'); the same special cases.
 #   4. jax_backend/fast/pallas_attention.py KINDS, if the GPU kernel should support it.
-#   5. tests/numpy_backend/test_numpy_gradcheck_sensitivity.py ATTENTION_KINDS_WITH_DERIVATIVES, and the kinks of
-#      tests/numpy_backend/test_numpy_layers.py scores_for if h has any (finite differences must stay away from them).
-#   6. plots.py's list of kinds that ignore alpha, if it ignores alpha.
+#   5. numpy_backend/attention_weights.py KINKS, if h has kinks (a test finds unlisted ones); and the tuples
+#      below (KINDS_WITHOUT_LENGTH_FACTOR, KINDS_WITH_SIGNED_WEIGHTS) if it belongs there. The tests derive
+#      their lists of kinds from these, so a new kind is tested everywhere without editing a test.
 # Causal, blocked and the fast kernels read h and the length factor from 2-3, so they need no change.
 # FFN activations; softmax and softmax_ln are the key-value-memory study of Shen et al. (2023).
 MLP_ACTIVATIONS = ("gelu", "relu", "softmax", "softmax_ln")
@@ -227,6 +227,10 @@ class ViTConfig(_JsonConfig):
         forward = 2 * self.num_patches * self.patch_dim * d + self.depth * per_block + 2 * d * self.num_classes
         return forward * (3 if backward else 1)
 
+    def train_flops(self, batch_size: int, steps: int) -> float:
+        """Matmul FLOPs of a training run: flops_per_image() (forward + backward) x batch_size x steps."""
+        return self.flops_per_image() * batch_size * steps
+
 
 # The reference model, the one the benchmarks and outside speed checks time (at REFERENCE_BATCH_SIZE images
 # per step): ViT 192 wide, 6 deep, 3 heads, MLP 384, patch 4, class token, CIFAR-sized input, relu / L
@@ -245,8 +249,9 @@ class OptimizerConfig(_JsonConfig):
         chain(clip_by_global_norm(clip_norm),
               adamw(warmup_cosine_decay_schedule(0, learning_rate, warmup_steps, total_steps,
                                                  end_learning_rate), b1, b2, eps, weight_decay,
-                    mask=decay_mask))
-    so the NumPy optimizer and the optax one give the same update for the same gradients.
+                    mask=reluattn.params.decay_mask))
+    (the clipping left out when clip_norm is None), so the NumPy optimizer and the optax one give the same
+    update for the same gradients. This is the one place the chain is written out.
     """
 
     learning_rate: float = 1e-3       # peak learning rate, reached at the end of the warm-up

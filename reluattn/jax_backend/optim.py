@@ -1,12 +1,7 @@
 """AdamW with global-norm clipping and a warm-up + cosine schedule (optax), and one jitted training step.
 
-The optimizer is exactly the chain the `OptimizerConfig` docstring states, which the NumPy backend's
-AdamW reproduces:
-
-    chain(clip_by_global_norm(clip_norm),              # skipped when clip_norm is None
-          adamw(warmup_cosine_decay_schedule(0, learning_rate, warmup_steps, total_steps,
-                                             end_learning_rate),
-                b1, b2, eps, weight_decay, mask=reluattn.params.decay_mask))
+The optimizer is exactly the optax chain that `OptimizerConfig`'s docstring states (reluattn/config.py;
+the clipping is left out when clip_norm is None), which the NumPy backend's AdamW reproduces.
 
 Two levels:
   * `make_train_step(cfg, opt_cfg, ...)` returns the pure, un-jitted step function

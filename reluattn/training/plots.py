@@ -12,8 +12,10 @@ from pathlib import Path
 import numpy as np
 
 from ..attention_maps import attention_rollout
+from ..config import KINDS_WITHOUT_LENGTH_FACTOR
 from .files import write_atomically_with
 from .run_dir import METRICS, read_metrics, resolve_checkpoint
+from .run_folder import CONFIG
 
 
 def _save(figure, output) -> Path:
@@ -31,10 +33,10 @@ def _save(figure, output) -> Path:
 def run_label(run_dir: Path) -> str:
     """The run's folder name and its attention kind, e.g. "relu-run (relu, alpha 1)", from its latest checkpoint."""
     try:
-        config = json.loads((resolve_checkpoint(run_dir) / "config.json").read_text())
+        config = json.loads((resolve_checkpoint(run_dir) / CONFIG).read_text())
         attention = config["model"]["attention"]
         kind = attention["kind"]
-        if kind not in ("softmax", "sigmoid_bias"):  # these two ignore alpha
+        if kind not in KINDS_WITHOUT_LENGTH_FACTOR:  # these ignore alpha
             kind = f"{kind}, alpha {attention['alpha']:g}"
         return f"{run_dir.name} ({kind})"
     except (ValueError, OSError, KeyError, TypeError):  # no readable checkpoint yet: the name alone

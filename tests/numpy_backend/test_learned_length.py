@@ -13,7 +13,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import reluattn as ra
-from reluattn.config import AttentionConfig, ViTConfig
+from reluattn.config import ATTENTION_KINDS, KINDS_WITHOUT_LENGTH_FACTOR, AttentionConfig, ViTConfig
 from reluattn.numpy_backend import attention_weights, multihead_attention
 from reluattn.numpy_backend.attention_weights import learned_attention_weights_forward
 from reluattn.params import decay_mask, flatten, init_params, learned_length, param_shapes
@@ -140,7 +140,7 @@ def test_relu_former_scaled_relu_at_initialisation():
 @settings(compiling, max_examples=2)
 @example(kind="relu", impl="blocked", learn_alpha=True, seed=2)  # alpha and the scale learned
 @example(kind="gelu", impl="dense", learn_alpha=False, seed=3)  # the scale alone
-@given(kind=st.sampled_from(["relu", "relu2", "gelu", "softplus", "sigmoid", "relu6", "identity"]),
+@given(kind=st.sampled_from([kind for kind in ATTENTION_KINDS if kind not in KINDS_WITHOUT_LENGTH_FACTOR]),
        impl=st.sampled_from(["dense", "blocked"]), learn_alpha=st.booleans(), seed=st.integers(0, 2 ** 16))
 def test_jax_equals_numpy(kind, impl, learn_alpha, seed):
     cfg = tiny(kind, alpha=0.7, scale=1.5, learn_alpha=learn_alpha, learn_scale=not learn_alpha or seed % 2 == 0,

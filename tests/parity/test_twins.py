@@ -79,3 +79,13 @@ def test_the_docstring_shows_the_table():
     shown = set(twins.table().split())
     for twin in twins.TWINS:
         assert set(twin.numpy + twin.jax) <= shown
+
+
+@pytest.mark.parametrize("side", ["numpy", "jax"])
+def test_every_attention_kind_has_its_h_in_both_backends(side):
+    # The registry is config.ATTENTION_KINDS; each backend's POINTWISE holds h of every point-wise kind
+    # (softmax and sigmoid_bias are computed apart, in attention_weights.py), so a new kind is never half added.
+    import importlib
+    from reluattn.config import ATTENTION_KINDS
+    pointwise = importlib.import_module(f"reluattn.{side}_backend.attention_weights").POINTWISE
+    assert set(pointwise) | {"softmax", "sigmoid_bias"} == set(ATTENTION_KINDS)
