@@ -64,7 +64,8 @@ def jax_runners(cfg, opt_cfg, params, images, labels, compute_dtype):
 
     def train_step():
         state["params"], state["opt"], metrics = jb.train_step(
-            state["params"], state["opt"], images, labels, cfg, opt_cfg, compute_dtype=compute_dtype, fast=True)
+            state["params"], state["opt"], images, labels, cfg, opt_cfg, compute_dtype=compute_dtype, fast=True,
+            donate=True)
         jax.block_until_ready(metrics["loss"])
 
     return {"loss_and_grad": loss_and_grad, "train_step": train_step}

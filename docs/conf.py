@@ -5,8 +5,9 @@
                                                           the committed figures of the cells that hold and use
                                                           no exercise), no instructor pages
     sphinx-build docs docs/_build/instructor             the instructor site: the tutorials with their
-                                                          solutions, executed while the site is built, the
-                                                          course's answer keys, rubrics and notes
+                                                          solutions, executed while the site is built (or
+                                                          the test suite's runs of them: EXECUTED below),
+                                                          the course's answer keys, rubrics and notes
 
 The tutorials are executed with RELUATTN_QUICK=1 (a smaller run of each; set RELUATTN_QUICK=0 to render the
 full runs), as `make notebooks` runs them for the outputs committed in tutorials/*.ipynb. The notebooks of the build's audience are copied into docs/tutorials/ first (a generated folder,
@@ -66,13 +67,34 @@ def lecture_version(tutorial: Path) -> bytes:
     return nbformat.writes(lecture_notebook(tutorial)).encode("utf-8")
 
 
+def executed_by_the_tests() -> Path | None:
+    """The folder RELUATTN_EXECUTED_TUTORIALS, where the test suite leaves the tutorials it ran, when it holds
+    every tutorial as running it now would (same code, package and quick mode): the instructor site then
+    shows those runs instead of running the notebooks a second time (.ci/run: the tutorials run once)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("execute_tutorials", ROOT / "tutorials" / "execute_tutorials.py")
+    execute_tutorials = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(execute_tutorials)
+    folder = os.environ.get(execute_tutorials.EXECUTED_FOLDER)
+    if STUDENT or not folder:
+        return None
+    tutorials = execute_tutorials.tutorial_paths()
+    fresh = all(execute_tutorials.reusable_run(Path(folder) / path.name, path) for path in tutorials)
+    return Path(folder) if fresh and tutorials else None
+
+
+EXECUTED = executed_by_the_tests()
+
+
 def copy_tutorials() -> None:
-    """tutorials/NN_*.ipynb (the student site: the exercise versions with the figures, lecture_version) ->
-    docs/tutorials/ (only those that changed, so rebuilds of one site stay incremental)."""
+    """tutorials/NN_*.ipynb (the student site: the exercise versions with the figures, lecture_version; the
+    instructor site: the tests' runs of them when EXECUTED) -> docs/tutorials/ (only those that changed, so
+    rebuilds of one site stay incremental)."""
     target = DOCS / "tutorials"
     target.mkdir(exist_ok=True)
     source = ROOT / "tutorials" / "exercises" if STUDENT else ROOT / "tutorials"
-    wanted = {path.name: path for path in sorted(source.glob("[0-9][0-9]_*.ipynb"))}
+    wanted = {path.name: (EXECUTED / path.name if EXECUTED else path)
+              for path in sorted(source.glob("[0-9][0-9]_*.ipynb"))}
     for stale in target.glob("*.ipynb"):
         if stale.name not in wanted:
             stale.unlink()
@@ -152,9 +174,10 @@ def setup(app):
 
 # ------------------------------------------------------------------------------------------- notebooks
 
-# The instructor site runs every notebook again (its committed outputs are replaced by this build's); the
+# The instructor site runs every notebook again (its committed outputs are replaced by this build's), unless
+# the test suite has just run them all on this very code (EXECUTED, above: then it shows those runs); the
 # student site shows the exercise versions, with the committed outputs of the cells that hold and use no exercise.
-nb_execution_mode = "off" if STUDENT else "force"
+nb_execution_mode = "off" if STUDENT or EXECUTED else "force"
 nb_execution_timeout = 600           # seconds per cell
 nb_execution_raise_on_error = True   # a failing check cell fails the build
 nb_execution_show_tb = True

@@ -7,8 +7,8 @@ jit-compiled JAX ViT with the same functional API.
     logits = ra.backend("numpy").apply(params, images, cfg)   # or ra.backend("jax")
 
 Backends are imported on first use, so `import reluattn` (and the NumPy backend) never imports JAX.
-The two backends are twins: the same file names and function names (the name table is in
-`reluattn.numpy_backend`'s docstring). Importing any reluattn module changes no process-wide setting.
+The two backends are twins: the same file names and function names (the name table is
+`reluattn.twins`). Importing any reluattn module changes no process-wide setting.
 """
 
 from .config import AttentionConfig, OptimizerConfig, ViTConfig

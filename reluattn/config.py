@@ -32,9 +32,9 @@ ATTENTION_KINDS = (
 #      sigmoid_bias, pointwise / pointwise_derivative / length_factor there).
 #   3. jax_backend/attention_weights.py POINTWISE: h (autodiff gives h'); the same special cases.
 #   4. jax_backend/fast/pallas_attention.py KINDS, if the GPU kernel should support it.
-#   5. tests/numpy_backend/test_numpy_gradcheck_sensitivity.py ATTENTION_KINDS_WITH_DERIVATIVES, and the kinks of
-#      tests/numpy_backend/test_numpy_layers.py scores_for if h has any (finite differences must stay away from them).
-#   6. plots.py's list of kinds that ignore alpha, if it ignores alpha.
+#   5. numpy_backend/attention_weights.py KINKS, if h has kinks (a test finds unlisted ones); and the tuples
+#      below (KINDS_WITHOUT_LENGTH_FACTOR, KINDS_WITH_SIGNED_WEIGHTS) if it belongs there. The tests derive
+#      their lists of kinds from these, so a new kind is tested everywhere without editing a test.
 # Causal, blocked and the fast kernels read h and the length factor from 2-3, so they need no change.
 # FFN activations; softmax and softmax_ln are the key-value-memory study of Shen et al. (2023).
 MLP_ACTIVATIONS = ("gelu", "relu", "softmax", "softmax_ln")
@@ -52,24 +52,29 @@ KINDS_WITH_SIGNED_WEIGHTS = ("gelu", "identity")
 FLOAT32_MAX = 3.4028234663852886e38
 
 
-def _check_int(owner: str, name: str, value, minimum: int = 1) -> None:
+# The checks every config field runs (here and in training/config.py): a ValueError naming owner.name.
+def check_int(owner: str, name: str, value, minimum: int = 1) -> None:
+    """An int (not a bool) >= minimum."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{owner}.{name} must be an int, got {value!r} ({type(value).__name__})")
     if value < minimum:
         raise ValueError(f"{owner}.{name} must be >= {minimum}, got {value}")
 
 
-def _check_choice(owner: str, name: str, value, choices) -> None:
+def check_choice(owner: str, name: str, value, choices) -> None:
+    """One of `choices`."""
     if value not in choices:
         raise ValueError(f"{owner}.{name} must be one of {', '.join(choices)}; got {value!r}")
 
 
-def _check_bool(owner: str, name: str, value) -> None:
+def check_bool(owner: str, name: str, value) -> None:
+    """True or False."""
     if not isinstance(value, bool):
         raise ValueError(f"{owner}.{name} must be True or False, got {value!r}")
 
 
-def _check_float(owner: str, name: str, value, *, minimum: float | None = None, positive: bool = False):
+def check_float(owner: str, name: str, value, *, minimum: float | None = None, positive: bool = False):
+    """A finite number (not a bool), >= minimum and > 0 when asked."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(f"{owner}.{name} must be a finite number, got {value!r}")
     if abs(value) > FLOAT32_MAX:  # the models compute in float32 (or narrower): it would be infinite there
@@ -80,7 +85,7 @@ def _check_float(owner: str, name: str, value, *, minimum: float | None = None, 
         raise ValueError(f"{owner}.{name} must be > 0, got {value}")
 
 
-class _JsonConfig:
+class JsonConfig:
     """`to_dict` / `from_dict` / `to_json` / `from_json`, shared by the config classes."""
 
     def to_dict(self) -> dict:
@@ -113,7 +118,7 @@ class _JsonConfig:
 
 
 @dataclass(frozen=True)
-class AttentionConfig(_JsonConfig):
+class AttentionConfig(JsonConfig):
     """How attention weights are made from scores s = q.k / sqrt(Dh):  w = scale * L^-alpha * h(s)."""
 
     kind: str = "relu"        # h: one of ATTENTION_KINDS; "relu" with alpha=1 is ReLU / L
@@ -133,19 +138,19 @@ class AttentionConfig(_JsonConfig):
 
     def __post_init__(self):
         owner = "AttentionConfig"
-        _check_choice(owner, "kind", self.kind, ATTENTION_KINDS)
-        _check_float(owner, "alpha", self.alpha, minimum=0.0)
-        _check_float(owner, "scale", self.scale, positive=True)
-        _check_bool(owner, "qk_norm", self.qk_norm)
-        _check_bool(owner, "gated", self.gated)
-        _check_choice(owner, "impl", self.impl, ATTENTION_IMPLS)
+        check_choice(owner, "kind", self.kind, ATTENTION_KINDS)
+        check_float(owner, "alpha", self.alpha, minimum=0.0)
+        check_float(owner, "scale", self.scale, positive=True)
+        check_bool(owner, "qk_norm", self.qk_norm)
+        check_bool(owner, "gated", self.gated)
+        check_choice(owner, "impl", self.impl, ATTENTION_IMPLS)
         if self.block_size is not None:
-            _check_int(owner, "block_size", self.block_size)
-        _check_choice(owner, "gate_activation", self.gate_activation, GATE_ACTIVATIONS)
-        _check_float(owner, "reg_weight", self.reg_weight, minimum=0.0)
-        _check_float(owner, "entropy_margin", self.entropy_margin, minimum=0.0)
-        _check_bool(owner, "learn_alpha", self.learn_alpha)
-        _check_bool(owner, "learn_scale", self.learn_scale)
+            check_int(owner, "block_size", self.block_size)
+        check_choice(owner, "gate_activation", self.gate_activation, GATE_ACTIVATIONS)
+        check_float(owner, "reg_weight", self.reg_weight, minimum=0.0)
+        check_float(owner, "entropy_margin", self.entropy_margin, minimum=0.0)
+        check_bool(owner, "learn_alpha", self.learn_alpha)
+        check_bool(owner, "learn_scale", self.learn_scale)
         if (self.learn_alpha or self.learn_scale) and self.kind in KINDS_WITHOUT_LENGTH_FACTOR:
             raise ValueError(f"AttentionConfig.learn_alpha / learn_scale need a kind that uses alpha and scale; "
                              f"{self.kind!r} ignores them")
@@ -168,7 +173,7 @@ class AttentionConfig(_JsonConfig):
 
 
 @dataclass(frozen=True)
-class ViTConfig(_JsonConfig):
+class ViTConfig(JsonConfig):
     """A Vision Transformer. The defaults are the reference model, `REFERENCE_VIT` (ViT 192 wide, 6 deep,
     3 heads, MLP 384, patch 4, class token, 32x32x3 images, 10 classes)."""
 
@@ -187,7 +192,7 @@ class ViTConfig(_JsonConfig):
     def __post_init__(self):
         owner = "ViTConfig"
         for name in ("image_size", "patch_size", "channels", "num_classes", "dim", "depth", "heads", "mlp_dim"):
-            _check_int(owner, name, getattr(self, name))
+            check_int(owner, name, getattr(self, name))
         if self.num_classes < 2:
             raise ValueError(f"ViTConfig.num_classes must be >= 2, got {self.num_classes}")
         if self.image_size % self.patch_size:
@@ -196,8 +201,8 @@ class ViTConfig(_JsonConfig):
                 f"({self.patch_size})")
         if self.dim % self.heads:
             raise ValueError(f"ViTConfig.dim ({self.dim}) must be divisible by ViTConfig.heads ({self.heads})")
-        _check_choice(owner, "pool", self.pool, POOLS)
-        _check_choice(owner, "mlp_activation", self.mlp_activation, MLP_ACTIVATIONS)
+        check_choice(owner, "pool", self.pool, POOLS)
+        check_choice(owner, "mlp_activation", self.mlp_activation, MLP_ACTIVATIONS)
         if isinstance(self.attention, dict):  # from_dict / JSON hands us a plain dict
             object.__setattr__(self, "attention", AttentionConfig.from_dict(self.attention))
         if not isinstance(self.attention, AttentionConfig):
@@ -232,6 +237,10 @@ class ViTConfig(_JsonConfig):
         forward = 2 * self.num_patches * self.patch_dim * d + self.depth * per_block + 2 * d * self.num_classes
         return forward * (3 if backward else 1)
 
+    def train_flops(self, batch_size: int, steps: int) -> float:
+        """Matmul FLOPs of a training run: flops_per_image() (forward + backward) x batch_size x steps."""
+        return self.flops_per_image() * batch_size * steps
+
 
 # The reference model, the one the benchmarks and outside speed checks time (at REFERENCE_BATCH_SIZE images
 # per step): ViT 192 wide, 6 deep, 3 heads, MLP 384, patch 4, class token, CIFAR-sized input, relu / L
@@ -243,15 +252,16 @@ REFERENCE_BATCH_SIZE = 128
 
 
 @dataclass(frozen=True)
-class OptimizerConfig(_JsonConfig):
+class OptimizerConfig(JsonConfig):
     """AdamW with decoupled weight decay, global-norm clipping and a warm-up + cosine schedule.
 
     Both backends implement exactly optax's
         chain(clip_by_global_norm(clip_norm),
               adamw(warmup_cosine_decay_schedule(0, learning_rate, warmup_steps, total_steps,
                                                  end_learning_rate), b1, b2, eps, weight_decay,
-                    mask=decay_mask))
-    so the NumPy optimizer and the optax one give the same update for the same gradients.
+                    mask=reluattn.params.decay_mask))
+    (the clipping left out when clip_norm is None), so the NumPy optimizer and the optax one give the same
+    update for the same gradients. This is the one place the chain is written out.
     """
 
     learning_rate: float = 1e-3       # peak learning rate, reached at the end of the warm-up
@@ -266,22 +276,22 @@ class OptimizerConfig(_JsonConfig):
 
     def __post_init__(self):
         owner = "OptimizerConfig"
-        _check_float(owner, "learning_rate", self.learning_rate, positive=True)
-        _check_float(owner, "end_learning_rate", self.end_learning_rate, minimum=0.0)
-        _check_int(owner, "warmup_steps", self.warmup_steps, minimum=0)
-        _check_int(owner, "total_steps", self.total_steps)
+        check_float(owner, "learning_rate", self.learning_rate, positive=True)
+        check_float(owner, "end_learning_rate", self.end_learning_rate, minimum=0.0)
+        check_int(owner, "warmup_steps", self.warmup_steps, minimum=0)
+        check_int(owner, "total_steps", self.total_steps)
         if self.warmup_steps >= self.total_steps:
             raise ValueError(f"OptimizerConfig.warmup_steps ({self.warmup_steps}) must be less than "
                              f"OptimizerConfig.total_steps ({self.total_steps})")
-        _check_float(owner, "weight_decay", self.weight_decay, minimum=0.0)
+        check_float(owner, "weight_decay", self.weight_decay, minimum=0.0)
         for name in ("b1", "b2"):
             value = getattr(self, name)
-            _check_float(owner, name, value, minimum=0.0)
+            check_float(owner, name, value, minimum=0.0)
             if value >= 1:
                 raise ValueError(f"OptimizerConfig.{name} must be in [0, 1), got {value}")
-        _check_float(owner, "eps", self.eps, positive=True)
+        check_float(owner, "eps", self.eps, positive=True)
         if self.clip_norm is not None:
-            _check_float(owner, "clip_norm", self.clip_norm, positive=True)
+            check_float(owner, "clip_norm", self.clip_norm, positive=True)
         for name in ("learning_rate", "end_learning_rate", "weight_decay", "b1", "b2", "eps"):
             object.__setattr__(self, name, float(getattr(self, name)))
         if self.clip_norm is not None:

@@ -109,3 +109,9 @@ def test_reference_config_flops():
     assert cfg == REFERENCE_VIT  # the defaults are the reference model
     assert cfg.num_tokens == 65 and cfg.head_dim == 64
     assert abs(cfg.flops_per_image() / 1e9 - 0.753) < 0.002
+
+
+def test_train_flops_counts_every_image_of_every_step():
+    cfg = ra.ViTConfig()
+    assert cfg.train_flops(batch_size=128, steps=10) == 1280 * cfg.flops_per_image()
+    assert cfg.train_flops(batch_size=1, steps=0) == 0

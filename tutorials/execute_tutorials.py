@@ -45,6 +45,37 @@ def code_digest(notebook) -> str:
     return hashlib.sha256(json.dumps(sources).encode()).hexdigest()
 
 
+# Where the tests leave the tutorials they ran (tests/tutorials/test_tutorials.py), for the docs build to show
+# instead of running them a second time (.ci/run sets it; docs/conf.py reads it).
+EXECUTED_FOLDER = "RELUATTN_EXECUTED_TUTORIALS"
+
+
+def package_digest() -> str:
+    """sha256 of reluattn's Python sources: a notebook's outputs are made from them as well as from its code."""
+    digest = hashlib.sha256()
+    for path in sorted((ROOT / "reluattn").rglob("*.py")):
+        digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def run_record(notebook) -> dict:
+    """How an executed notebook was made: the quick mode, and digests of its code and of the package."""
+    return {"RELUATTN_QUICK": os.environ.get("RELUATTN_QUICK"), "code_sha256": code_digest(notebook),
+            "package_sha256": package_digest()}
+
+
+def reusable_run(executed: Path, tutorial: Path) -> bool:
+    """Whether `executed` (a run of `tutorial` the tests kept) shows what running `tutorial` now would: the
+    same code cells, package and quick mode, every cell run in order without an error."""
+    if not executed.is_file():
+        return False
+    notebook = nbformat.read(executed, as_version=4)
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    return (notebook.metadata.get("reluattn", {}).get("executed") == run_record(nbformat.read(tutorial, as_version=4))
+            and [cell.execution_count for cell in code] == list(range(1, len(code) + 1))
+            and not any(output.output_type == "error" for cell in code for output in cell.outputs))
+
+
 def stale_reason(notebook) -> str | None:
     """Why the notebook's outputs are not those of its current code (None when they are)."""
     recorded = notebook.metadata.get("reluattn", {}).get("outputs")

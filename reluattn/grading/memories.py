@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..attention_maps import top_share, top_slot_count  # the references, shared with the trainer
 from ..numpy_backend import layers
 from .feedback import call_student, checker, diagnose, passed, report
 
@@ -31,20 +32,6 @@ def memory_read(x, keys, values, activation):
         read = layers.softmax(scores) @ values  # (B, E)
         return layers.layernorm_forward(read, {"scale": np.ones(read.shape[-1])})[0]  # (B, E)
     raise ValueError(f"activation must be one of {', '.join(MEMORY_ACTIVATIONS)}; got {activation!r}")
-
-
-def top_slot_count(num_slots: int, fraction: float) -> int:
-    """How many slots "the top `fraction`" of `num_slots` means: max(1, round(fraction * num_slots))."""
-    return max(1, int(round(fraction * num_slots)))
-
-
-def top_share(weights, fraction):
-    """Share of each row's total weight held by its largest top_slot_count(M, fraction) entries."""
-    weights = np.asarray(weights, dtype=np.float64)
-    count = top_slot_count(weights.shape[-1], fraction)
-    largest = np.partition(weights, -count, axis=-1)[..., -count:]  # (..., k)
-    total = weights.sum(axis=-1)  # (...,)
-    return np.divide(largest.sum(axis=-1), total, out=np.zeros_like(total), where=total > 0)  # (...,)
 
 
 @checker

@@ -6,7 +6,7 @@ References:
     attention_rollout(attention)            list of (H, T, T) weights, one per block -> (T, T):
         R = prod over blocks (first block rightmost) of 0.5 * A + 0.5 * I, with A the block's head-averaged
         |weights|, each row normalised to sum 1 (a row of zeros stays zero). This is what
-        `reluattn.training.plots.attention_rollout` computes (Abnar & Zuidema 2020, made safe for point-wise kinds).
+        `reluattn.attention_maps.attention_rollout` computes (Abnar & Zuidema 2020, made safe for point-wise kinds).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from ..training.plots import attention_rollout  # the reference answer the checker compares with
+from ..attention_maps import attention_rollout  # the reference answer, the one the attention figures use
 from .feedback import ExerciseFailed, call_student, checker, diagnose, passed, report
 
 

@@ -1,12 +1,7 @@
 """AdamW with global-norm clipping and a warm-up + cosine schedule (optax), and one jitted training step.
 
-The optimizer is exactly the chain the `OptimizerConfig` docstring states, which the NumPy backend's
-AdamW reproduces:
-
-    chain(clip_by_global_norm(clip_norm),              # skipped when clip_norm is None
-          adamw(warmup_cosine_decay_schedule(0, learning_rate, warmup_steps, total_steps,
-                                             end_learning_rate),
-                b1, b2, eps, weight_decay, mask=reluattn.params.decay_mask))
+The optimizer is exactly the optax chain that `OptimizerConfig`'s docstring states (reluattn/config.py;
+the clipping is left out when clip_norm is None), which the NumPy backend's AdamW reproduces.
 
 Two levels:
   * `make_train_step(cfg, opt_cfg, ...)` returns the pure, un-jitted step function
@@ -14,8 +9,8 @@ Two levels:
     can wrap it (e.g. with on-device augmentation `augment(key, images, labels)`, passed here, or around
     it) and jit the whole thing once, or hand it to `sharding.make_sharded_train_step`.
   * `train_step(params, opt_state, images, labels, cfg, opt_cfg, ...)` is the checked, jitted, cached
-    version with the same signature as the NumPy backend's. It donates the params and optimizer-state
-    buffers (the old ones are consumed: use the returned ones).
+    version with the same signature as the NumPy backend's. It leaves its inputs alone; donate=True
+    donates the params and optimizer-state buffers (the old ones are consumed: use the returned ones).
 
 The optimizer state is the NumPy backend's dict `{"step", "mu", "nu"}` (updates made so far, Adam's first
 and second moments shaped like params), so a state -- or a checkpoint -- moves between the backends;
@@ -135,15 +130,16 @@ def make_train_step(cfg: ViTConfig, opt_cfg: OptimizerConfig, *, label_smoothing
 
 
 @functools.lru_cache(maxsize=32)
-def _jitted_train_step(cfg, opt_cfg, label_smoothing, compute_dtype, fast):
+def _jitted_train_step(cfg, opt_cfg, label_smoothing, compute_dtype, fast, donate):
     step = make_train_step(cfg, opt_cfg, label_smoothing=label_smoothing, compute_dtype=compute_dtype, fast=fast)
-    return jax.jit(step, donate_argnums=(0, 1))
+    return jax.jit(step, donate_argnums=(0, 1) if donate else ())
 
 
 def train_step(params, opt_state, images, labels, cfg: ViTConfig, opt_cfg: OptimizerConfig, *,
-               label_smoothing=0.0, compute_dtype=None, fast=False):
+               label_smoothing=0.0, compute_dtype=None, fast=False, donate=False):
     """One AdamW step on one batch: `(params, opt_state, metrics)`, see the module docstring.
-    `params` and `opt_state` are donated (their buffers reused for the results). fast: as in make_train_step."""
+    donate=True: `params` and `opt_state` are donated (their buffers reused for the results, so the old
+    ones are gone: use the returned ones), saving a copy per step. fast: as in make_train_step."""
     if not isinstance(opt_cfg, OptimizerConfig):  # checked in the NumPy backend's order, so errors match
         raise ValueError(f"opt_cfg must be an OptimizerConfig, got {type(opt_cfg).__name__}")
     check_label_smoothing(label_smoothing)
@@ -152,5 +148,6 @@ def train_step(params, opt_state, images, labels, cfg: ViTConfig, opt_cfg: Optim
     if fast:
         from .fast import cpu_setup  # the speed paths live apart; only fast=True reaches them
         cpu_setup.hint_if_not_configured()
-    step = _jitted_train_step(cfg, opt_cfg, float(label_smoothing), canonical_compute_dtype(compute_dtype), bool(fast))
+    step = _jitted_train_step(cfg, opt_cfg, float(label_smoothing), canonical_compute_dtype(compute_dtype), bool(fast),
+                              bool(donate))
     return step(params, opt_state, images, labels)

@@ -76,15 +76,28 @@ def shard_batch(batch, mesh: Mesh):
 
 
 def make_sharded_train_step(mesh: Mesh, cfg: ViTConfig, opt_cfg: OptimizerConfig, *, label_smoothing=0.0,
-                            compute_dtype=None, augment=None, fast=False):
+                            compute_dtype=None, augment=None, fast=False, batch=None):
     """`optim.make_train_step`, jitted with the batch sharded over `mesh` and params / optimizer state /
     metrics replicated; params and opt_state are donated. Call it with arrays from `replicate` and
     `shard_batch` (anything else is moved to those shardings first, at a cost). With `augment`, the step
-    also takes a `key` (replicated)."""
+    also takes a `key` (replicated).
+
+    batch=(make_batch, split): the step takes `(params, opt_state, *args)` instead and first runs
+    `make_batch(*args) -> (images, labels, key)` inside the same jit (the trainer gathers its batch by
+    index from data kept on the devices); split[i] says whether args[i] is sharded along its first axis
+    (else replicated)."""
     step = make_train_step(cfg, opt_cfg, label_smoothing=label_smoothing, compute_dtype=compute_dtype,
                            augment=augment, fast=fast)
     whole, split = replicated(mesh), batch_sharded(mesh)
-    in_shardings = (whole, whole, split, split) + ((whole,) if augment is not None else ())
+    if batch is None:
+        in_shardings = (whole, whole, split, split) + ((whole,) if augment is not None else ())
+    else:
+        make_batch, split_args = batch
+        in_shardings = (whole, whole) + tuple(split if is_split else whole for is_split in split_args)
+        pure_step = step
+
+        def step(params, opt_state, *args):
+            return pure_step(params, opt_state, *make_batch(*args))
     return jax.jit(step, in_shardings=in_shardings, out_shardings=(whole, whole, whole), donate_argnums=(0, 1))
 
 

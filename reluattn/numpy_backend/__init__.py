@@ -16,54 +16,8 @@ Files, in reading order (the ViT path is the first seven):
 Every layer is a pair `out, cache = name_forward(...)` / `dx, grads = name_backward(dout, cache)`; a cache
 is a NamedTuple of arrays (or of smaller caches), and every backward says the order of what it returns.
 
-NumPy <-> JAX, file for file (numpy_backend/X.py beside jax_backend/X.py). A NumPy layer is a pair
-`name_forward` / `name_backward`; its JAX twin is one function `name` whose backward is jax.grad's:
-    file                  NumPy                                            JAX
-    layers.py             dense_forward / dense_backward                   dense
-                          layernorm_forward / layernorm_backward           layernorm
-                          gelu_, relu_, silu_, softmax_forward / _backward gelu, relu, silu, softmax
-                          targets_from_labels                              targets_from_labels
-                          cross_entropy_forward / cross_entropy_backward   cross_entropy
-    attention_weights.py  POINTWISE (h and h'), pointwise,               POINTWISE (h), pointwise, length_factor
-                          pointwise_derivative, length_factor              (h' by autodiff)
-                          attention_weights_forward / _backward            attention_weights
-                          learned_attention_weights_forward / _backward,   attention_weights(..., length=)
-                          learned_length_backward
-    regulariser.py        attention_regulariser_forward / _backward        attention_regulariser
-    multihead_attention.py heads_attention_forward / _backward             heads_attention
-                          (weights_forward / _backward arguments)          (weights_function argument)
-                          self_attention_forward / _backward               self_attention
-                          attention                                        attention
-                          dot_product_attention (forward only, the         dot_product_attention (jax.nn's drop-in),
-                          reference for the JAX drop-in's values)          attention_fn (Flax's attention_fn)
-    mlp.py                mlp_forward / mlp_backward                       mlp
-    model.py              patchify, embed_forward / _backward              patchify, embed
-                          block_forward / block_backward                   block
-                          forward / backward                               forward
-                          forward_backward                                 loss_and_logits (+ jax.value_and_grad)
-                          apply, loss_and_grad                             apply, loss_and_grad
-                          regulariser_forward / _backward                  loss_terms, blocks_regulariser
-                          attention_regulariser                            attention_regulariser
-    optim.py              learning_rate, init_optimizer, adamw_update,     learning_rate, init_optimizer, adamw_update,
-                          train_step                                       train_step, make_optimizer, make_train_step
-    long_sequences.py     DEFAULT_BLOCK_SIZE (128 keys)                    DEFAULT_BLOCK_SIZE (1024 keys)
-                          causal_visible_keys                              causal_visible_keys
-                          causal_attention_weights_forward / _backward     causal_attention_weights
-                          blocked_attention_forward                        blocked_attention
-    sharding.py           -                                                data parallel (JAX only: NumPy has one CPU)
-
-Where they differ, and why:
-  - the attention core's layout: NumPy heads-first (B, H, T, Dh), because its batched matmul needs the batch
-    axes in front; JAX tokens-first (B, T, H, Dh), because an einsum names its axes and XLA picks the layout.
-  - DEFAULT_BLOCK_SIZE means the same (keys per block when neither the call nor AttentionConfig.block_size
-    gives one); its value differs: 128 keeps NumPy's (B, H, T, block) slabs small, 1024 is the tile size
-    the JAX kernel was tuned for (docs/performance.md, "Blocked attention").
-  - AttentionConfig.impl="blocked": the JAX model runs the blocked kernel; the NumPy model always runs the
-    dense core (the same values; the NumPy blocked forward is in long_sequences.py, for reading).
-  - JAX only: compute_dtype=jnp.bfloat16 and fast=True (the opt-in speed paths of jax_backend/fast/),
-    make_train_step (the pure step, to jit with augmentation), and sharding.py (several devices).
-  - dot_product_attention: NumPy's is forward only, the reference values (bias, mask, is_causal); JAX's is
-    the drop-in (also jax.nn's sequence lengths, local window and implementation) with attention_fn (Flax).
+NumPy <-> JAX, file for file and name for name: the name table, and where the two differ and why, is
+`reluattn/twins.py` (`print(reluattn.twins.table())`), checked against both backends by tests/parity/test_twins.py.
 
 Shape legend, used in the shape comment on every line that makes a tensor:
     B   batch                          S   image side in pixels

@@ -1,10 +1,7 @@
 """AdamW with global-norm clipping and a warm-up + cosine schedule, in NumPy.
 
-Exactly optax's (see `OptimizerConfig` in reluattn/config.py)
-    chain(clip_by_global_norm(clip_norm),
-          adamw(warmup_cosine_decay_schedule(0, lr, warmup_steps, total_steps, end_lr), b1, b2, eps,
-                weight_decay, mask=decay_mask))
-for a step t = step + 1 (step counts the updates already made):
+Exactly the optax chain that `OptimizerConfig`'s docstring states (reluattn/config.py), written out for a
+step t = step + 1 (step counts the updates already made):
     g      = g * clip / norm              only when norm = ||g|| (over every leaf) >= clip
     mu     = b1 mu + (1 - b1) g           nu = b2 nu + (1 - b2) g^2
     update = mu / (1 - b1^t) / (sqrt(nu / (1 - b2^t)) + eps) + weight_decay * mask * p

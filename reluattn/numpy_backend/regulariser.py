@@ -44,8 +44,15 @@ class AttentionRegulariserCache(NamedTuple):
 
 
 def attention_regulariser_forward(weights, attn_cfg, num_keys=None):
-    """R of one block: the mean over rows of |log S_i| + max(0, H(p_i) - c log n_i), a float.
+    """R of one block: the mean over rows of r_i (regulariser_rows), a float.
     weights (..., T, L), non-negative; num_keys: n, a number (default L) or per-query counts (T, 1)."""
+    rows, cache = regulariser_rows(weights, attn_cfg.entropy_margin, num_keys)  # (..., T, 1)
+    return float(np.mean(rows)), cache
+
+
+def regulariser_rows(weights, entropy_margin, num_keys=None):
+    """r_i = |log S_i| + max(0, H(p_i) - c log n_i) of every row, (..., T, 1), and the backward's cache.
+    The one NumPy home of the formula: the trainer's attention statistics read it too."""
     num_keys = weights.shape[-1] if num_keys is None else num_keys
     row_sums = weights.sum(axis=-1, keepdims=True)  # (..., T, 1)
     floored = np.maximum(row_sums, ROW_SUM_FLOOR)  # (..., T, 1): log and division stay finite on zero rows
@@ -53,10 +60,10 @@ def attention_regulariser_forward(weights, attn_cfg, num_keys=None):
     positive = probabilities > 0
     safe = np.where(positive, probabilities, 1.0)  # (..., T, L): log of 1 where p = 0, so 0 log 0 = 0
     entropy = -np.sum(probabilities * np.log(safe), axis=-1, keepdims=True)  # (..., T, 1)
-    excess = entropy - attn_cfg.entropy_margin * _log(num_keys)  # (..., T, 1)
+    excess = entropy - entropy_margin * _log(num_keys)  # (..., T, 1)
     log_sums = np.log(floored)  # (..., T, 1)
-    value = float(np.mean(np.abs(log_sums) + np.maximum(excess, 0.0)))
-    return value, AttentionRegulariserCache(weights, row_sums, floored, probabilities, log_sums, excess)
+    rows = np.abs(log_sums) + np.maximum(excess, 0.0)  # (..., T, 1)
+    return rows, AttentionRegulariserCache(weights, row_sums, floored, probabilities, log_sums, excess)
 
 
 def attention_regulariser_backward(dvalue, cache):

@@ -28,7 +28,6 @@ from .strategies import CAUSAL_LENGTHS, INPUT_PROFILES, AttentionCase, attention
 from .tolerances import allowance, attention_bounds, tolerance_for
 
 QUERY_AXES = ("batch", "query", "head", "feature")
-KINKS = {"relu": (0.0,), "relu6": (0.0, 6.0)}  # where h' jumps
 KEY_AXES = ("batch", "key", "head", "feature")
 
 
@@ -108,11 +107,11 @@ def compare_attention(fn=None, case: AttentionCase = None, *, grad=False, vjp=No
         for name, got, want, axes in zip(("dq", "dk", "dv"), grads, expected_grads, (QUERY_AXES, KEY_AXES, KEY_AXES)):
             problems.append(compare(f"gradient {name}", got, want, allowed[name], axes=axes, context=context,
                                     factors=_hint_factors(case)))
-        if any(problems) and case.attn_cfg.kind in KINKS:
-            on_kinks = int(np.isin(pieces.arguments, KINKS[case.attn_cfg.kind]).sum())
+        if any(problems) and case.attn_cfg.kind in reference.KINKS:
+            on_kinks = int(np.isin(pieces.arguments, reference.KINKS[case.attn_cfg.kind]).sum())
             if on_kinks:
                 problems.append(f"  hint: {on_kinks} scores sit exactly on a kink of {case.attn_cfg.kind} "
-                                f"({', '.join(map(str, KINKS[case.attn_cfg.kind]))}), where the reference's derivative "
+                                f"({', '.join(map(str, reference.KINKS[case.attn_cfg.kind]))}), where the reference's derivative "
                                 f"is 0 (jax.nn.relu's; jnp.maximum(s, 0) gives 1/2, s >= 0 gives 1)")
     raise_problems(problems)
 

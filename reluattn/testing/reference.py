@@ -15,7 +15,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from .. import numpy_backend
-from ..numpy_backend.attention_weights import (attention_weights_backward, attention_weights_forward, length_factor,
+from ..numpy_backend.attention_weights import (KINKS, attention_weights_backward, attention_weights_forward, length_factor,
                                                pointwise_derivative)
 from ..numpy_backend.layers import sigmoid
 from ..numpy_backend.long_sequences import (causal_attention_weights_backward, causal_attention_weights_forward,

@@ -9,9 +9,10 @@
     engine.py      the Engine protocol the loop calls, a NumPy and a JAX engine, and the one evaluation
     augment.py     host (NumPy) and device (JAX) augmentation side by side, and the one `normalize`
     run_data.py    which images a run trains and validates on, and their normalisation statistics
-    run_dir.py     what a run directory holds: checkpoints, metrics.jsonl, summary.json
+    run_dir.py     checkpoints (written atomically, read back, the newest kept), metrics.jsonl, summary.json
+    run_folder.py  a run folder's layout and every name in it, its lock, what a new run may start in, and
+                   what reluattn deletes
     npz_files.py   reading a checkpoint's .npz: declared shapes and dtypes checked before anything is unpacked
-    run_folder.py  who may use a run folder (its lock), what a new run may start in, what reluattn deletes
     files.py       writing files: new temporaries renamed into place, appends that follow no symlink
     resume.py      what --resume checks: saved configuration, data fingerprint, state.json, finite arrays
     evaluation.py  scoring a checkpoint (`evaluate`) and its attention maps (`attention`)

@@ -10,11 +10,12 @@ Per block (lists indexed by block), over every row (image, head, query) of the w
     entropy_ratio              mean over rows of H(p_i) / log L, p_i = |w_i| / sum_j |w_ij| (1: uniform rows)
     zero_fraction              the fraction of weights that are exactly 0 (relu's inactive scores)
     top_share                  mean over rows of the share of sum_j |w_ij| held by its top 0.2 % of entries:
-                               max(1, round(0.002 L)) entries, as in notebook 05 (reluattn.grading.memories;
+                               max(1, round(0.002 L)) entries, as in notebook 05 (reluattn.attention_maps;
                                with L = 65 that is the largest weight of the row, with L = 1025 the top 2)
-    regulariser                mean over rows of |log max(sum_j w_ij, 1e-6)| + max(0, H(p_i) - c log L): the
-                               row-sum + entropy regulariser of ReLUFormer (a secondary reading), c =
-                               entropy_margin, as a number to watch whether or not it is trained with
+    regulariser                mean over rows of the model's r_i (numpy_backend/regulariser.py: ReLUFormer's
+                               row-sum + entropy regulariser, a secondary reading), c = entropy_margin, of |w|
+                               (w itself for non-negative kinds), as a number to watch whether or not it is
+                               trained with
     alpha, gamma               per block, per head: the learned length exponent alpha_h and gamma_h =
                                exp(-beta_h) (beta_h = attn.length.log_scale), when the model learns them
 
@@ -30,12 +31,12 @@ import math
 
 import numpy as np
 
-from ..grading.memories import top_share
+from ..attention_maps import top_share
+from ..numpy_backend.regulariser import regulariser_rows
 
 TOP_FRACTION = 0.002     # "top 0.2 %" of a row's entries
 STATISTICS_IMAGES = 256  # the fixed batch: the first this many validation images ...
 TOTAL_ELEMENTS = 2 ** 28  # ... or fewer, so that all their weights (images * depth * H * T * L) stay below this
-ROW_SUM_GUARD = 1e-6     # the regulariser's log reads max(row sum, this): all-zero relu rows stay finite
 CHUNK_ELEMENTS = 2 ** 25  # at most this many weights (B * depth * H * T * L) held at once
 
 
@@ -54,8 +55,7 @@ def _row_values(weights, entropy_margin: float) -> dict:
     entropy = np.where(live, np.log(safe_total) - mlogm / safe_total, 0.0)  # (B, H, T)
     top = top_share(mass, TOP_FRACTION)  # (B, H, T), notebook 05's definition of "the top 0.2 %"
     log_length = math.log(length)
-    regulariser = (np.abs(np.log(np.maximum(sums, ROW_SUM_GUARD)))
-                   + np.maximum(0.0, entropy - entropy_margin * log_length))  # (B, H, T)
+    regulariser = regulariser_rows(mass.astype(np.float64), entropy_margin)[0]  # (B, H, T, 1), the model's r_i
     return {"row_sum": sums.ravel(), "entropy_ratio": (entropy[live] / log_length if length > 1 else entropy[live]),
             "top_share": top[live], "regulariser": regulariser.ravel(),
             "zeros": int(np.count_nonzero(w == 0)), "entries": int(w.size)}
@@ -138,4 +138,4 @@ def measure_attention(attention_weights, images: np.ndarray, cfg, params=None) -
 
 
 __all__ = ["attention_statistics", "learned_length_factors", "measure_attention", "chunk_size", "statistics_images", "TOP_FRACTION",
-           "STATISTICS_IMAGES", "ROW_SUM_GUARD"]
+           "STATISTICS_IMAGES"]

@@ -1,7 +1,8 @@
 """Training-time augmentation, host and device side by side, and the one normalisation.
 
-    normalize(images, mean, std)           uint8 -> (pixel / 255 - mean) / std per channel; NumPy arrays
-                                           stay NumPy (host), anything else is computed with jax.numpy
+    normalize(images, mean, std)           uint8 -> (pixel / 255 - mean) / std per channel (a run's own
+                                           training statistics, run_data.channel_statistics); NumPy
+                                           arrays stay NumPy (host), anything else is computed with jax.numpy
     host (--backend numpy, NumPy):         crop_and_flip(images, rng, cfg)
     device (JAX, inside the jitted step):  augment_batch(key, images, labels, cfg, num_classes)
                                            = random_crop, random_flip, normalize, then mix_batch
@@ -23,17 +24,7 @@ from jax import lax
 
 from .config import AugmentationConfig
 
-# Per-channel mean and standard deviation of pixel / 255 over the 50,000 training images of the JPEG copy
-# of CIFAR-10 (the defaults of `normalize`; a run normalises with its own training images' statistics,
-# run_data.channel_statistics), measured with RELUATTN_DATA pointing at that copy:
-#   python -c "import numpy as np; from reluattn.data import load_dataset;
-#     x = load_dataset().images.reshape(-1, 3) / 255.0; print(x.mean(0).round(4), x.std(0).round(4))"
-# (The canonical archive gives 0.4914 0.4822 0.4465 / 0.2470 0.2435 0.2616; JPEG smooths the copy a little.)
-CIFAR10_MEAN = (0.4913, 0.4821, 0.4465)
-CIFAR10_STD = (0.2452, 0.2428, 0.2606)
-
-
-def normalize(images, mean=CIFAR10_MEAN, std=CIFAR10_STD, dtype=np.float32):
+def normalize(images, mean, std, dtype=np.float32):
     """uint8 images -> (pixel / 255 - mean) / std per channel, computed in float32 and returned in `dtype`.
     The one normalisation of training and evaluation, host and device: a NumPy array gives a NumPy array,
     a JAX array (or a tracer, inside jit) a JAX array."""
@@ -66,11 +57,6 @@ def crop_and_flip(images: np.ndarray, rng: np.random.Generator, cfg: Augmentatio
 
 
 # ---------------------------------------------------------------------------------------------- device
-
-def to_float(images, dtype=jnp.float32):
-    """uint8 pixels in [0, 255] -> floats in [0, 1]."""
-    return images.astype(dtype) / 255.0  # (B, S, S, C)
-
 
 def random_crop(key, images, padding: int = 4):
     """Pad each image with `padding` zero pixels on every side and cut out an S x S window at a random
@@ -132,18 +118,7 @@ def mix_batch(key, images, targets, mixup_alpha: float = 0.0, cutmix_alpha: floa
     return mixed, kept * targets + (1 - kept) * targets[partner]                      # (B, K)
 
 
-def mixup(key, images, targets, alpha: float):
-    """Mixup (Zhang et al. 2018) of float images and (B, K) targets."""
-    return mix_batch(key, images, targets, mixup_alpha=alpha)
-
-
-def cutmix(key, images, targets, alpha: float):
-    """CutMix (Yun et al. 2019) of float images and (B, K) targets."""
-    return mix_batch(key, images, targets, cutmix_alpha=alpha)
-
-
-def augment_batch(key, images, labels, cfg: AugmentationConfig, num_classes: int, dtype=jnp.float32,
-                  mean=CIFAR10_MEAN, std=CIFAR10_STD):
+def augment_batch(key, images, labels, cfg: AugmentationConfig, num_classes: int, dtype=jnp.float32, *, mean, std):
     """A training batch: uint8 (B, S, S, C) images and (B,) labels -> normalised `dtype` images and the
     labels, which become (B, K) float32 targets when mixup or cutmix is on. Call it inside the jitted step
     with `cfg`, `num_classes`, `mean` and `std` static (tuples)."""

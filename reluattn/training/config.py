@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass, field
 
 from .. import BACKENDS
-from ..config import OptimizerConfig, ViTConfig, _check_bool, _check_choice, _check_float, _check_int, _JsonConfig
+from ..config import JsonConfig, OptimizerConfig, ViTConfig, check_bool, check_choice, check_float, check_int
 from ..data import DATASETS
 from ..params import flatten
 
@@ -31,7 +31,7 @@ IMPLIED_BY_OLDER_CHECKPOINTS = {"fast": True, "image_size": None}
 
 
 @dataclass(frozen=True)
-class AugmentationConfig(_JsonConfig):
+class AugmentationConfig(JsonConfig):
     """Training-time augmentation (augment.py): on device inside the jitted step with the JAX backend, on
     the host with --backend numpy (crop and flip only). Frozen, so it can be a static jit argument."""
 
@@ -42,10 +42,10 @@ class AugmentationConfig(_JsonConfig):
 
     def __post_init__(self):
         owner = "AugmentationConfig"
-        _check_int(owner, "crop_padding", self.crop_padding, minimum=0)
-        _check_bool(owner, "flip", self.flip)
+        check_int(owner, "crop_padding", self.crop_padding, minimum=0)
+        check_bool(owner, "flip", self.flip)
         for name in ("mixup_alpha", "cutmix_alpha"):
-            _check_float(owner, name, getattr(self, name), minimum=0.0)
+            check_float(owner, name, getattr(self, name), minimum=0.0)
             object.__setattr__(self, name, float(getattr(self, name)))
 
     @property
@@ -55,7 +55,7 @@ class AugmentationConfig(_JsonConfig):
 
 
 @dataclass(frozen=True)
-class TrainConfig(_JsonConfig):
+class TrainConfig(JsonConfig):
     """One training run. Exactly one of `epochs` and `steps` sets its length."""
 
     preset: str | None = None          # the preset it started from (a label; the fields below are the truth)
@@ -96,42 +96,42 @@ class TrainConfig(_JsonConfig):
                 raise ValueError(f"{owner}.{name} must be a {kind.__name__}, got {type(value).__name__}")
         if self.preset is not None and not isinstance(self.preset, str):
             raise ValueError(f"{owner}.preset must be a name or None, got {self.preset!r}")
-        _check_int(owner, "batch_size", self.batch_size)
+        check_int(owner, "batch_size", self.batch_size)
         if (self.epochs is None) == (self.steps is None):
             raise ValueError(f"{owner}: set exactly one of epochs and steps; got epochs={self.epochs!r}, "
                              f"steps={self.steps!r}")
         if self.epochs is not None:
-            _check_int(owner, "epochs", self.epochs)
+            check_int(owner, "epochs", self.epochs)
         if self.steps is not None:
-            _check_int(owner, "steps", self.steps)
+            check_int(owner, "steps", self.steps)
         if self.warmup_epochs is not None:
-            _check_float(owner, "warmup_epochs", self.warmup_epochs, minimum=0.0)
+            check_float(owner, "warmup_epochs", self.warmup_epochs, minimum=0.0)
             object.__setattr__(self, "warmup_epochs", float(self.warmup_epochs))
         for name in ("seed", "data_seed"):
-            _check_int(owner, name, getattr(self, name), minimum=0)
+            check_int(owner, name, getattr(self, name), minimum=0)
             if getattr(self, name) >= SEED_LIMIT:  # JAX's random keys take signed 64-bit seeds
                 raise ValueError(f"{owner}.{name} must be below 2**63 = {SEED_LIMIT}, got {getattr(self, name)}")
         if self.dataset is not None:
-            _check_choice(owner, "dataset", self.dataset, DATASETS)
-        _check_int(owner, "val_split", self.val_split, minimum=0)
-        _check_int(owner, "test_split", self.test_split, minimum=0)
+            check_choice(owner, "dataset", self.dataset, DATASETS)
+        check_int(owner, "val_split", self.val_split, minimum=0)
+        check_int(owner, "test_split", self.test_split, minimum=0)
         if self.test_split and not self.val_split:
             raise ValueError(f"{owner}.test_split needs a validation split (val_split > 0): the test images are "
                              f"carved from the training images, and nothing may be chosen on them")
         for name in ("subset", "eval_every", "checkpoint_every"):
             if getattr(self, name) is not None:
-                _check_int(owner, name, getattr(self, name))
-        _check_int(owner, "log_every", self.log_every)
-        _check_int(owner, "keep_checkpoints", self.keep_checkpoints)
-        _check_float(owner, "label_smoothing", self.label_smoothing, minimum=0.0)
+                check_int(owner, name, getattr(self, name))
+        check_int(owner, "log_every", self.log_every)
+        check_int(owner, "keep_checkpoints", self.keep_checkpoints)
+        check_float(owner, "label_smoothing", self.label_smoothing, minimum=0.0)
         if self.label_smoothing >= 1:
             raise ValueError(f"{owner}.label_smoothing must be in [0, 1), got {self.label_smoothing}")
         object.__setattr__(self, "label_smoothing", float(self.label_smoothing))
-        _check_choice(owner, "compute_dtype", self.compute_dtype, COMPUTE_DTYPES)
-        _check_choice(owner, "backend", self.backend, BACKENDS)
-        _check_bool(owner, "fast", self.fast)
+        check_choice(owner, "compute_dtype", self.compute_dtype, COMPUTE_DTYPES)
+        check_choice(owner, "backend", self.backend, BACKENDS)
+        check_bool(owner, "fast", self.fast)
         if self.image_size is not None:
-            _check_int(owner, "image_size", self.image_size)
+            check_int(owner, "image_size", self.image_size)
         if self.backend == "numpy" and self.compute_dtype == "auto":
             object.__setattr__(self, "compute_dtype", "float32")  # the only one the NumPy backend has
         if self.backend == "numpy" and self.compute_dtype != "float32":

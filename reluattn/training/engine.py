@@ -25,7 +25,8 @@ the seed and the step alone, so a resumed run repeats an uninterrupted one bit f
     JaxEngine    the whole training split on every device as uint8 (CIFAR-10: 150 MB); a step receives
                  only the batch's indices and the step number, and ONE jit gathers the batch, augments it
                  with the key fold_in(key(seed), step), normalises and runs `jax_backend.make_train_step`
-                 (forward, backward, AdamW) with the parameter and optimizer buffers donated. With several
+                 (forward, backward, AdamW) with the parameter and optimizer buffers donated: the step is
+                 `sharding.make_sharded_train_step`'s, the one place it is jitted. With several
                  local devices the indices are split over a 1-D mesh; parameters, optimizer state and
                  dataset are replicated and XLA inserts the gradient all-reduce (jax_backend/sharding.py).
 
@@ -158,7 +159,6 @@ class JaxEngine:
         if config.batch_size % self.devices:
             raise ValueError(f"--batch-size {config.batch_size} must be a multiple of the {self.devices} devices")
         self._whole = sharding.replicated(self.mesh)
-        self._split = sharding.batch_sharded(self.mesh)
         self.images = jax.device_put(np.ascontiguousarray(train_images, dtype=np.uint8), self._whole)
         self.labels = jax.device_put(np.asarray(train_labels, dtype=np.int32), self._whole)
         mean, std = tuple(mean), tuple(std)
@@ -168,19 +168,16 @@ class JaxEngine:
         def augment(key, images, labels):
             return augment_batch(key, images, labels, settings, num_classes, mean=mean, std=std)
 
-        train_step = self.backend.make_train_step  # the one train step; jitted once, here
-        pure_step = train_step(config.model, config.optimizer, label_smoothing=config.label_smoothing,
-                               augment=augment, **backend_options(config))
-
-        def fused_step(params, opt_state, all_images, all_labels, indices, step):
+        def gather(all_images, all_labels, indices, step):
             images = jnp.take(all_images, indices, axis=0)  # (B, S, S, C) uint8
             labels = jnp.take(all_labels, indices, axis=0)  # (B,)
-            key = jax.random.fold_in(jax.random.key(seed), step)
-            return pure_step(params, opt_state, images, labels, key)
+            return images, labels, jax.random.fold_in(jax.random.key(seed), step)
 
-        whole, split = self._whole, self._split
-        self._step = jax.jit(fused_step, in_shardings=(whole, whole, whole, whole, split, whole),
-                             out_shardings=(whole, whole, whole), donate_argnums=(0, 1))
+        # The one jit site of the training step: the data-parallel step of jax_backend/sharding.py, with the
+        # batch gathered by its indices (the only argument split over the devices) inside it.
+        self._step = sharding.make_sharded_train_step(
+            self.mesh, config.model, config.optimizer, label_smoothing=config.label_smoothing, augment=augment,
+            batch=(gather, (False, False, True, False)), **backend_options(config))
         self.score = jax_scorer(config, mean, std, self.mesh)
         self.params = self.opt_state = None
 

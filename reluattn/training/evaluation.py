@@ -18,6 +18,7 @@ from ..params import check_params, flatten
 from .config import train_config_from_dict
 from .run_data import load_split
 from .run_dir import CheckpointError, load_checkpoint, non_finite_arrays
+from .run_folder import CONFIG, PARAMS
 
 
 def load_trained(checkpoint) -> dict:
@@ -27,16 +28,16 @@ def load_trained(checkpoint) -> dict:
     try:
         config = train_config_from_dict(loaded["config"])
     except ValueError as error:
-        raise CheckpointError(f"{path / 'config.json'} is not a training config ({error}); the checkpoint is "
+        raise CheckpointError(f"{path / CONFIG} is not a training config ({error}); the checkpoint is "
                               f"corrupted or was not written by reluattn train") from None
     try:
         check_params(loaded["params"], config.model)
     except ValueError as error:
-        raise CheckpointError(f"the arrays in {path / 'params.npz'} do not fit its config.json ({error}); the "
+        raise CheckpointError(f"the arrays in {path / PARAMS} do not fit its config.json ({error}); the "
                               f"checkpoint is corrupted") from None
     description = loaded["config"].get("data")
     if not isinstance(description, dict) or not {"mean", "std", "class_names"} <= set(description):
-        raise CheckpointError(f"{path / 'config.json'} has no data description (classes, normalisation); the "
+        raise CheckpointError(f"{path / CONFIG} has no data description (classes, normalisation); the "
                               f"checkpoint is corrupted or was not written by reluattn train")
     return {"path": path, "config": config, "data": description, "params": loaded["params"],
             "state": loaded["state"]}

@@ -14,6 +14,7 @@ from pathlib import Path
 from ..params import flatten
 from .config import TrainConfig, config_differences, train_config_from_dict
 from .run_dir import LATEST, CheckpointError, list_checkpoints, non_finite_arrays, resolve_checkpoint
+from .run_folder import CONFIG, STATE
 
 
 def saved_train_config(run_dir) -> TrainConfig:
@@ -22,7 +23,7 @@ def saved_train_config(run_dir) -> TrainConfig:
     if not list_checkpoints(run_dir):
         raise CheckpointError(f"{run_dir} holds no checkpoint to resume; run without --resume to start it "
                               f"afresh, or check --out")
-    path = resolve_checkpoint(run_dir) / "config.json"
+    path = resolve_checkpoint(run_dir) / CONFIG
     try:
         data = json.loads(path.read_text())
         return train_config_from_dict(data)
@@ -66,10 +67,10 @@ def resume_step(checkpoint: dict, total: int) -> int:
     path = checkpoint["path"]
     step = checkpoint["state"].get("step")
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise CheckpointError(f"{path / 'state.json'} holds no valid \"step\" (found {_short(step)}); the "
+        raise CheckpointError(f"{path / STATE} holds no valid \"step\" (found {_short(step)}); the "
                               f"checkpoint is corrupted — resume from an earlier one or start a new run")
     if step > total:
-        raise CheckpointError(f"{path / 'state.json'} says step {step}, beyond this run's {total} steps; the "
+        raise CheckpointError(f"{path / STATE} says step {step}, beyond this run's {total} steps; the "
                               f"checkpoint is corrupted — resume from an earlier one or start a new run")
     bad = non_finite_arrays(flatten(checkpoint["params"])) + non_finite_arrays(checkpoint["opt_state"])
     if bad:

@@ -1,16 +1,9 @@
-"""A run directory: checkpoints, metrics.jsonl, and what resuming reads back. No pickle anywhere.
+"""A run directory's checkpoints and metrics.jsonl, and what resuming reads back. No pickle anywhere.
+The folder's layout, and every name in it, is in run_folder.py.
 
-    <run>/checkpoints/step_00000100/
-        config.json       the run's configuration (TrainConfig and a description of its data)
-        params.npz        the parameter tree, flattened to "blocks/0/attn/qkv/w"-style keys
-        opt_state.npz     the optimizer state, flattened the same way (its layout is the backend's)
-        state.json        step, epoch, seeds: what a resumed run needs to continue exactly
-    <run>/checkpoints/LATEST   the name of the newest complete checkpoint
     <run>/metrics.jsonl    one JSON object per line:
         {"step", "epoch", "split": "train" | "val" | "test", "loss", "accuracy", "learning_rate",
          "images_per_s", "time"}
-    <run>/summary.json     written at the end of a run (loop.py)
-    <run>/.reluattn.lock   the lock one `reluattn train` holds while it uses the folder (run_folder.py)
 
 Every checkpoint write goes to a new temporary directory (mkdtemp) that is renamed into place only when
 complete, and LATEST is replaced atomically after that (files.py), so a crash at any instant leaves the
@@ -42,7 +35,8 @@ import numpy as np
 from ..params import flatten, unflatten
 from .files import append_line, fsync_dir, make_temporary_dir, write_atomically
 from .npz_files import DoesNotFit, Vanished, expected_param_shapes, opt_state_fits, params_fit, read_npz
-from .run_folder import CHECKPOINT_FILES as FILES, CHECKPOINTS, LATEST, METRICS, SUMMARY, remove_our_files
+from .run_folder import (CHECKPOINT_FILES as FILES, CHECKPOINTS, CONFIG, LATEST, METRICS, OPT_STATE, PARAMS, STATE,
+                         SUMMARY, remove_our_files)
 
 
 # ------------------------------------------------------------------------------------------- checkpoints
@@ -90,11 +84,11 @@ def save_checkpoint(run_dir, step: int, config: dict, params, opt_state: dict, s
         root.mkdir(parents=True, exist_ok=True)
         temporary = make_temporary_dir(root, f"tmp-{name}")
         config_text = json.dumps(config, indent=2, sort_keys=True)
-        _write_text(temporary / "config.json", config_text)
-        _write_npz(temporary / "params.npz", flat_params)
-        _write_npz(temporary / "opt_state.npz", opt_state)
+        _write_text(temporary / CONFIG, config_text)
+        _write_npz(temporary / PARAMS, flat_params)
+        _write_npz(temporary / OPT_STATE, opt_state)
         state = dict(state, step=step, config_sha256=config_digest(config_text))  # binds config.json to the arrays
-        _write_text(temporary / "state.json", json.dumps(state, indent=2, sort_keys=True))
+        _write_text(temporary / STATE, json.dumps(state, indent=2, sort_keys=True))
         fsync_dir(temporary)
         # Re-saving the same step (e.g. after a resume): swap the old one out first, deleting only our files.
         if (final.exists() or final.is_symlink()) and not remove_our_files(final):
@@ -137,7 +131,7 @@ def resolve_checkpoint(path) -> Path:
     if not path.exists():
         raise CheckpointError(f"no checkpoint at {path}: pass a run directory (the --out of train) or one of "
                               f"its checkpoints/step_* directories")
-    if (path / "params.npz").is_file():
+    if (path / PARAMS).is_file():
         return path
     root = path / CHECKPOINTS
     latest = root / LATEST
@@ -192,9 +186,9 @@ def config_digest(text: str) -> str:
 
 
 def _load_directory(directory: Path) -> dict:
-    config_path = directory / "config.json"
+    config_path = directory / CONFIG
     config = _read_json(config_path)
-    state = _read_json(directory / "state.json")
+    state = _read_json(directory / STATE)
     recorded = state.get("config_sha256")
     if recorded is not None and recorded != config_digest(config_path.read_text()):
         raise CheckpointError(f"{config_path} was changed after the checkpoint was written (its SHA-256 is not the "
@@ -205,8 +199,8 @@ def _load_directory(directory: Path) -> dict:
     except ValueError as error:
         raise CheckpointError(f"{config_path}'s model is not a valid ViTConfig ({error}); the checkpoint is "
                               f"corrupted or from another version") from None
-    params = _read_npz(directory / "params.npz", params_fit(expected))
-    opt_state = _read_npz(directory / "opt_state.npz", opt_state_fits(expected))
+    params = _read_npz(directory / PARAMS, params_fit(expected))
+    opt_state = _read_npz(directory / OPT_STATE, opt_state_fits(expected))
     return {"path": directory, "config": config, "params": unflatten(params), "opt_state": opt_state,
             "state": state}
 

@@ -1,4 +1,15 @@
-"""Who may use a run folder, and what `reluattn train` may find, write and delete in it.
+"""A run folder's layout (the one home of its names), who may use it, and what `reluattn train` may find,
+write and delete in it.
+
+    <run>/checkpoints/step_00000100/   CHECKPOINT_FILES:
+        config.json       the run's configuration (TrainConfig and a description of its data)
+        params.npz        the parameter tree, flattened to "blocks/0/attn/qkv/w"-style keys
+        opt_state.npz     the optimizer state, flattened the same way (its layout is the backend's)
+        state.json        step, epoch, seeds: what a resumed run needs to continue exactly
+    <run>/checkpoints/LATEST   the name of the newest complete checkpoint
+    <run>/metrics.jsonl        one JSON object per line (run_dir.py)
+    <run>/summary.json         written at the end of a run (loop.py)
+    <run>/.reluattn.lock       the lock one `reluattn train` holds while it uses the folder (below)
 
     with use_run_folder(run_dir, new_run=True):   the lock, the checks and the clean-up below
         ...
@@ -39,9 +50,10 @@ RUN_FOLDER_NAMES = {LOCK, METRICS, SUMMARY, CHECKPOINTS}
 CELL_RECORD = "cell.json"    # the sweep's record of the cell: labels, command, status, machine
 TRAIN_LOG = "train.log"      # what the cell's training printed
 FEWSHOT = "fewshot.json"     # the cell's few-shot probe
-CONFIG_COPY = "config.json"  # a copy of the run's config, kept beside the logs
+CONFIG_COPY = "config.json"  # a copy of the checkpoint's config.json, kept beside the logs
 COMPANION_NAMES = {CELL_RECORD, TRAIN_LOG, FEWSHOT, CONFIG_COPY}
-CHECKPOINT_FILES = ("config.json", "params.npz", "opt_state.npz", "state.json")
+CONFIG, PARAMS, OPT_STATE, STATE = "config.json", "params.npz", "opt_state.npz", "state.json"  # in a checkpoint
+CHECKPOINT_FILES = (CONFIG, PARAMS, OPT_STATE, STATE)
 # Temporaries reluattn makes in a run folder (files.py; older versions used ".<name>.tmp", ".tmp-step_N-PID").
 TEMPORARY_PREFIXES = (".metrics.jsonl.", ".summary.json.", ".LATEST.", ".tmp-step_")
 

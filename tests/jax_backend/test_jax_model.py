@@ -1,7 +1,7 @@
 """The JAX backend on its own: the conventions it shares with the NumPy backend checked directly (patch and token
 order, derivatives at the kinks), bfloat16 compute within its tolerance of float32, NumPy and JAX inputs alike,
 and the boundary's ValueErrors equal to the NumPy backend's. Blocked attention against dense, with gradients, is
-tests/perf/test_blocked_attention_jax.py."""
+tests/fast_paths/test_blocked_attention_jax.py."""
 
 import jax
 import jax.numpy as jnp
@@ -14,6 +14,7 @@ import reluattn as ra
 from reluattn.config import AttentionConfig, OptimizerConfig, ViTConfig
 from reluattn.jax_backend import model
 from reluattn.jax_backend.attention_weights import attention_weights
+from reluattn.numpy_backend.attention_weights import KINKS
 from reluattn.params import tree_map
 from reluattn.testing import compiling, compute_dtype_errors, make_batch, make_parameters, vit_configs
 
@@ -56,8 +57,9 @@ def test_class_token_is_token_zero_and_position_embedding_is_added_after_it(pool
     np.testing.assert_allclose(tokens, expected + params["pos_embed"], rtol=1e-6)
 
 
-@pytest.mark.parametrize("kind,kinks", [("relu", [0.0]), ("relu2", [0.0]), ("relu6", [0.0, 6.0])])
-def test_derivative_at_the_kinks_is_zero(kind, kinks):
+@pytest.mark.parametrize("kind", sorted(KINKS))
+def test_derivative_at_the_kinks_is_zero(kind):
+    kinks = list(KINKS[kind])
     attn_cfg = AttentionConfig(kind=kind, alpha=0.0)
     gradient = jax.grad(lambda s: attention_weights(s, attn_cfg).sum())(jnp.asarray(kinks).reshape(1, 1, 1, -1))
     np.testing.assert_array_equal(np.asarray(gradient), 0.0)
@@ -135,6 +137,27 @@ def _all_equations(jaxpr):
 
 # --------------------------------------------------------------------------------------- inputs, dtypes
 
+def test_train_step_leaves_the_callers_device_arrays_alive_unless_asked_to_donate():
+    cfg = small_config()
+    params = jax.tree.map(jnp.asarray, make_parameters(cfg, 0, np.float32))
+    images, labels = make_batch(cfg, 1, np.float32)
+    opt_cfg = OptimizerConfig(total_steps=5)
+    state = jb.init_optimizer(params, opt_cfg)
+    kept = jax.tree.map(np.array, (params, state))
+    first = jb.train_step(params, state, images, labels, cfg, opt_cfg)
+    assert not any(leaf.is_deleted() for leaf in jax.tree.leaves((params, state)))
+    for got, expected in zip(jax.tree.leaves((params, state)), jax.tree.leaves(kept)):
+        np.testing.assert_array_equal(got, expected)  # still readable, unchanged
+    again = jb.train_step(params, state, images, labels, cfg, opt_cfg)  # a second step from the same state
+    for got, expected in zip(jax.tree.leaves(again[0]), jax.tree.leaves(first[0])):
+        np.testing.assert_array_equal(got, expected)
+    # donate=True consumes them (where the platform donates: CPU and GPU do), for loops that want the memory.
+    donated = jb.train_step(params, state, images, labels, cfg, opt_cfg, donate=True)
+    for got, expected in zip(jax.tree.leaves(donated[0]), jax.tree.leaves(first[0])):
+        np.testing.assert_array_equal(got, expected)
+    assert all(leaf.is_deleted() for leaf in jax.tree.leaves(params))
+
+
 def test_accepts_numpy_and_jax_arrays_alike():
     cfg = small_config(attention=AttentionConfig(kind="relu", qk_norm=True))
     params = make_parameters(cfg, 0, np.float32)
@@ -152,8 +175,7 @@ def test_accepts_numpy_and_jax_arrays_alike():
                                                jnp.asarray(images), jnp.asarray(labels), cfg, opt_cfg)
     for got, expected in zip(jax.tree.leaves(new_device), jax.tree.leaves(new_params)):
         np.testing.assert_array_equal(got, expected)
-    # The NumPy backend's optimizer state works here too (the same layout), and donation leaves NumPy
-    # inputs alone (only the device copies made from them are reused).
+    # The NumPy backend's optimizer state works here too (the same layout), and NumPy inputs stay as they were.
     numpy_state = nb.init_optimizer(params, opt_cfg)
     kept_params, kept_state = tree_map(np.copy, params), tree_map(np.copy, numpy_state)
     from_numpy_state, _, _ = jb.train_step(params, numpy_state, images, labels, cfg, opt_cfg)
@@ -241,7 +263,7 @@ def test_make_train_step_runs_augmentation_inside_the_compiled_step():
     augment_cfg = AugmentationConfig(crop_padding=2, mixup_alpha=0.4)
 
     def augment(key, images, labels):
-        return augment_batch(key, images, labels, augment_cfg, cfg.num_classes)
+        return augment_batch(key, images, labels, augment_cfg, cfg.num_classes, mean=(0.5,) * 3, std=(0.25,) * 3)
 
     step = jax.jit(jb.make_train_step(cfg, opt_cfg, augment=augment), donate_argnums=(0, 1))
     key = jax.random.key(3)

@@ -1,23 +1,21 @@
 """The learned length factor (AttentionConfig.learn_alpha / learn_scale): w = scale * exp(beta_h) *
 L^(-alpha_h) * h(s) with per-block, per-head parameters attn.length.alpha and attn.length.log_scale.
 Parameters and initialisation, the NumPy backward against finite differences in float64 (and a broken one
-failing), the fixed one staying fixed, ReLUFormer's scaled ReLU at initialisation, the JAX backend
-(dense and blocked) equal to the NumPy one, and the refusals."""
+failing), the fixed one staying fixed, ReLUFormer's scaled ReLU at initialisation, and the refusals
+(the JAX backend equal to the NumPy one: tests/parity/test_learned_length_and_gate.py)."""
 
 import math
 
 import jax
 import numpy as np
 import pytest
-from hypothesis import example, given, settings
-from hypothesis import strategies as st
 
 import reluattn as ra
 from reluattn.config import AttentionConfig, ViTConfig
 from reluattn.numpy_backend import attention_weights, multihead_attention
 from reluattn.numpy_backend.attention_weights import learned_attention_weights_forward
-from reluattn.params import decay_mask, flatten, init_params, learned_length, param_shapes
-from reluattn.testing import compiling, make_batch, make_parameters, relative_error
+from reluattn.params import decay_mask, init_params, learned_length, param_shapes
+from reluattn.testing import make_batch, make_parameters
 from test_numpy_model import check_model_gradients
 
 nb, jb = ra.backend("numpy"), ra.backend("jax")
@@ -130,35 +128,6 @@ def test_relu_former_scaled_relu_at_initialisation():
     with jax.enable_x64(True):
         jax_weights = jb.attention_weights.attention_weights(scores, attn_cfg, length=learned)
     np.testing.assert_allclose(np.asarray(jax_weights), expected, rtol=1e-10)
-
-
-# Each example compiles two float64 JAX programs for its config (about 25 s on the loaded 2-core machine),
-# so: two fixed examples that always cover both impls, both learned parameters together and the scale alone,
-# and two drawn ones (a kind, impl and learned parameters each). What this test adds is the learned factor, the
-# same code for every kind; every kind's attention weights are held equal across the backends by
-# tests/parity/test_jax_vs_numpy.py::test_attention_core_and_weights_equal_numpy.
-@settings(compiling, max_examples=2)
-@example(kind="relu", impl="blocked", learn_alpha=True, seed=2)  # alpha and the scale learned
-@example(kind="gelu", impl="dense", learn_alpha=False, seed=3)  # the scale alone
-@given(kind=st.sampled_from(["relu", "relu2", "gelu", "softplus", "sigmoid", "relu6", "identity"]),
-       impl=st.sampled_from(["dense", "blocked"]), learn_alpha=st.booleans(), seed=st.integers(0, 2 ** 16))
-def test_jax_equals_numpy(kind, impl, learn_alpha, seed):
-    cfg = tiny(kind, alpha=0.7, scale=1.5, learn_alpha=learn_alpha, learn_scale=not learn_alpha or seed % 2 == 0,
-               impl=impl, block_size=3 if impl == "blocked" else None)
-    params = make_parameters(cfg, seed, np.float64)
-    images, labels = make_batch(cfg, seed + 1, np.float64)
-    logits, maps = nb.apply(params, images, cfg, return_attention=True)
-    loss, grads = nb.loss_and_grad(params, images, labels, cfg)
-    with jax.enable_x64(True):
-        jax_logits, jax_maps = jb.apply(params, images, cfg, return_attention=True)
-        jax_loss, jax_grads = jb.loss_and_grad(params, images, labels, cfg)
-        jax_grads = flatten(jax.tree.map(np.asarray, jax_grads))
-    assert relative_error(jax_logits, logits) <= 1e-10
-    for got, expected in zip(jax_maps, maps):
-        assert relative_error(got, expected) <= 1e-10
-    assert relative_error(jax_loss, loss) <= 1e-10
-    for path, leaf in flatten(grads).items():
-        assert relative_error(jax_grads[path], leaf) <= 1e-8, path
 
 
 def test_refusals_name_the_option():

@@ -7,8 +7,8 @@ import pytest
 from gradcheck import check_layer, relative_error
 from reluattn.config import ATTENTION_KINDS, AttentionConfig
 from reluattn.numpy_backend import layers
-from reluattn.numpy_backend.attention_weights import (attention_weights_backward, attention_weights_forward,
-                                                      pointwise_derivative)
+from reluattn.numpy_backend.attention_weights import (KINKS, POINTWISE, attention_weights_backward,
+                                                      attention_weights_forward, pointwise_derivative)
 from reluattn.numpy_backend.mlp import mlp_backward, mlp_forward
 from reluattn.numpy_backend.model import patchify
 from reluattn.numpy_backend.multihead_attention import (attention, heads_attention_backward, heads_attention_forward,
@@ -114,10 +114,25 @@ def test_patches_are_row_major_and_flattened_row_col_channel():
 # ------------------------------------------------------------------------------- attention weights
 
 def scores_for(kind, seed, shape=(2, 2, 3, 5)):
-    # relu-like kinds: keep finite differences off the kinks; relu6 gets scores above 6 as well.
-    if kind == "relu6":
-        return away_from_kinks(seed, *shape, kinks=(0.0, 6.0), low=-2.0, high=8.0)
-    return away_from_kinks(seed, *shape, kinks=(0.0,) if kind in ("relu", "relu2") else ())
+    # Keep finite differences off the kinks, with scores on both sides of each (relu6: above 6 as well).
+    kinks = KINKS.get(kind, ())
+    if not kinks:
+        return away_from_kinks(seed, *shape, kinks=())
+    return away_from_kinks(seed, *shape, kinks=kinks, low=min(kinks) - 2.0, high=max(kinks) + 2.0)
+
+
+def test_the_kinks_are_where_h_is_not_smooth():
+    # KINKS is complete: on a fine grid, h' of every point-wise kind jumps or bends only at its listed kinks.
+    step = 1e-3
+    grid = np.linspace(-10.0, 10.0, 20001)  # (G,), spacing `step`
+    for kind in POINTWISE:
+        second = np.diff(pointwise_derivative(kind, grid)) / step  # (G - 1,), ~h'' between grid points
+        rough = grid[1:-1][np.abs(np.diff(second)) > 0.5]  # h'' changes by far more than a smooth h allows
+        listed = np.asarray(KINKS.get(kind, ()))
+        near = [x for x in rough if not (listed.size and np.min(np.abs(listed - x)) < 2 * step)]
+        assert not near, f"{kind}: h is not smooth near {sorted(set(np.round(near, 2)))}; add it to KINKS"
+        missed = [kink for kink in listed if not (rough.size and np.min(np.abs(rough - kink)) < 2 * step)]
+        assert not missed, f"{kind}: KINKS lists {missed}, where h is smooth"
 
 
 @pytest.mark.parametrize("kind", ATTENTION_KINDS)

@@ -6,13 +6,13 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reluattn.config import ATTENTION_KINDS, AttentionConfig, ViTConfig
+from reluattn.config import ATTENTION_KINDS, KINDS_WITH_SIGNED_WEIGHTS, AttentionConfig, ViTConfig
 from reluattn.numpy_backend.attention_weights import attention_weights_forward
 from reluattn.numpy_backend.layers import softmax
 from reluattn.numpy_backend.multihead_attention import self_attention_forward
 from reluattn.params import init_params
 
-NON_NEGATIVE_KINDS = ["relu", "relu2", "softplus", "sigmoid", "relu6", "sigmoid_bias"]
+NON_NEGATIVE_KINDS = [kind for kind in ATTENTION_KINDS if kind not in KINDS_WITH_SIGNED_WEIGHTS + ("softmax",)]
 EXPECTED_RELU_OF_NORMAL = 1.0 / math.sqrt(2.0 * math.pi)  # E[relu(z)], z ~ N(0, 1): 0.3989...
 
 seeds = st.integers(0, 2 ** 32 - 1)

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 import reluattn as ra
 from gradcheck import check_gradients
-from reluattn.config import AttentionConfig, ViTConfig
+from reluattn.config import (ATTENTION_KINDS, KINDS_WITH_SIGNED_WEIGHTS, KINDS_WITHOUT_LENGTH_FACTOR, AttentionConfig,
+                             ViTConfig)
 from reluattn.jax_backend.regulariser import attention_regulariser as jax_regulariser
 from reluattn.numpy_backend import model, regulariser
 from reluattn.numpy_backend.layers import cross_entropy_forward, targets_from_labels
@@ -21,7 +22,7 @@ from reluattn.params import flatten
 from reluattn.testing import compiling, make_batch, make_parameters, relative_error
 
 nb, jb = ra.backend("numpy"), ra.backend("jax")
-REGULARISED_KINDS = ["relu", "relu2", "softplus", "sigmoid", "relu6", "softmax", "sigmoid_bias"]
+REGULARISED_KINDS = [kind for kind in ATTENTION_KINDS if kind not in KINDS_WITH_SIGNED_WEIGHTS]  # R needs w >= 0
 
 
 def plain_regulariser(weights, margin):
@@ -226,7 +227,7 @@ def test_configs_refuse_what_the_regulariser_cannot_read():
 @given(kind=st.sampled_from(REGULARISED_KINDS), seed=st.integers(0, 2 ** 16),
        margin=st.sampled_from([0.3, 0.7]), learn=st.booleans())
 def test_jax_model_with_the_regulariser_equals_numpy(kind, seed, margin, learn):
-    learn = learn and kind not in ("softmax", "sigmoid_bias")
+    learn = learn and kind not in KINDS_WITHOUT_LENGTH_FACTOR
     cfg = tiny(kind, reg_weight=0.5, entropy_margin=margin, learn_alpha=learn, gated=True)
     params = make_parameters(cfg, seed, np.float64)
     images, labels = make_batch(cfg, seed + 1, np.float64)

@@ -2,8 +2,8 @@
 the float64 reference), the JAX attention (forward and jax.vjp gradients, float32 and float64, bfloat16
 matmuls), whole backends (check_backend), the worked example of docs/testing.md; and it imports only with
 hypothesis installed. The tiled implementations are held to the reference through the kit where they are
-tested: tests/numpy_backend/test_blocked_attention_numpy.py, tests/perf/test_blocked_attention_jax.py and
-tests/perf/test_pallas_attention.py (the Pallas kernel in interpret mode).
+tested: tests/numpy_backend/test_blocked_attention_numpy.py, tests/fast_paths/test_blocked_attention_jax.py and
+tests/fast_paths/test_pallas_attention.py (the Pallas kernel in interpret mode).
 
 Example counts are small: every JAX case compiles (the kit's checks run without shrinking, deadline=None).
 """

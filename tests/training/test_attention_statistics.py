@@ -10,7 +10,8 @@ import pytest
 
 from reluattn.cli import main
 from reluattn.config import AttentionConfig, ViTConfig
-from reluattn.training.attention_statistics import (ROW_SUM_GUARD, attention_statistics, chunk_size,
+from reluattn.numpy_backend.regulariser import ROW_SUM_FLOOR, attention_regulariser_forward
+from reluattn.training.attention_statistics import (attention_statistics, chunk_size,
                                                     learned_length_factors, measure_attention, statistics_images)
 from reluattn.training.run_dir import read_metrics, resolve_checkpoint
 from train_helpers import tiny_args
@@ -46,6 +47,16 @@ def test_a_hand_computed_row_and_a_one_hot_row():
     assert stats["regulariser"] == [pytest.approx(regulariser / 2)]
 
 
+def test_the_regulariser_statistic_is_the_models_regulariser():
+    # One formula: the statistic of non-negative weights is the R the model trains with (numpy_backend).
+    weights = np.maximum(np.random.default_rng(0).normal(size=(2, 3, 5, 5)), 0.0) / 5  # (B, H, T, L), relu / L
+    weights[0, 0, 1] = 0.0  # an all-zero row
+    cfg = AttentionConfig(kind="relu", entropy_margin=0.4)
+    stats = attention_statistics([[weights]], entropy_margin=0.4)
+    expected = attention_regulariser_forward(weights.astype(np.float32).astype(np.float64), cfg)[0]  # read as float32
+    assert stats["regulariser"] == [pytest.approx(expected, rel=1e-12)]
+
+
 def test_all_zero_rows_count_as_zeros_but_have_no_distribution():
     stats = attention_statistics([[rows([0.0, 0.0, 0.0], [0.0, 1.0, 1.0])]])
     assert stats["zero_fraction"] == [pytest.approx(4 / 6)]
@@ -53,7 +64,7 @@ def test_all_zero_rows_count_as_zeros_but_have_no_distribution():
     assert stats["top_share"] == [pytest.approx(0.5)]
     assert stats["row_sum_mean"] == [pytest.approx(1.0)]  # (0 + 2) / 2
     assert np.isfinite(stats["regulariser"][0]) and stats["regulariser"][0] == pytest.approx(
-        (abs(math.log(ROW_SUM_GUARD)) + abs(math.log(2.0))) / 2)
+        (abs(math.log(ROW_SUM_FLOOR)) + abs(math.log(2.0))) / 2)
     only_zeros = attention_statistics([[np.zeros((1, 1, 2, 3))]])
     assert only_zeros["entropy_ratio"] == [None] and only_zeros["top_share"] == [None]  # valid JSON, not NaN
     json.dumps(only_zeros, allow_nan=False)

@@ -121,6 +121,45 @@ def test_notebook_runs(path, executed_notebooks):
     images = sum("image/png" in output.get("data", {}) for cell in notebook.cells if cell.cell_type == "code"
                  for output in cell.outputs)
     assert images >= 2, f"{path.name} drew {images} figures"
+    keep_for_the_docs(path, notebook)
+
+
+def keep_for_the_docs(path: Path, notebook) -> None:
+    """With RELUATTN_EXECUTED_TUTORIALS set (.ci/run), the run (without the probe cell) goes there with its
+    record, and the docs build of the same checkout shows it instead of running the notebook again."""
+    import os
+    folder = os.environ.get(execute_tutorials.EXECUTED_FOLDER)
+    if not folder:
+        return
+    from reluattn.training.files import write_atomically
+    kept = nbformat.from_dict(notebook)
+    kept.cells = kept.cells[:-1]
+    kept.metadata.setdefault("reluattn", {})["executed"] = execute_tutorials.run_record(kept)
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    write_atomically(Path(folder) / path.name, nbformat.writes(kept) + "\n")
+    assert execute_tutorials.reusable_run(Path(folder) / path.name, path)
+
+
+def test_a_kept_run_is_reused_only_while_code_and_package_are_unchanged(tmp_path, monkeypatch):
+    monkeypatch.setenv("RELUATTN_QUICK", "1")
+    tutorial = tmp_path / "01_t.ipynb"
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")])
+    nbformat.write(notebook, tutorial)
+    executed = tmp_path / "kept.ipynb"
+    assert not execute_tutorials.reusable_run(executed, tutorial)  # nothing kept
+    notebook.cells[0].execution_count = 1
+    notebook.metadata["reluattn"] = {"executed": execute_tutorials.run_record(notebook)}
+    nbformat.write(notebook, executed)
+    assert execute_tutorials.reusable_run(executed, tutorial)
+    monkeypatch.setenv("RELUATTN_QUICK", "0")  # another mode
+    assert not execute_tutorials.reusable_run(executed, tutorial)
+    monkeypatch.setenv("RELUATTN_QUICK", "1")
+    monkeypatch.setattr(execute_tutorials, "package_digest", lambda: "changed")  # the package changed
+    assert not execute_tutorials.reusable_run(executed, tutorial)
+    monkeypatch.undo()
+    monkeypatch.setenv("RELUATTN_QUICK", "1")
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 2")]), tutorial)  # new code
+    assert not execute_tutorials.reusable_run(executed, tutorial)
 
 
 # ------------------------------------------------------------------------------ the course's pages

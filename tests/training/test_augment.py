@@ -1,15 +1,47 @@
-"""Augmentation: crops are true windows of the zero-padded image (on the device and on the host), flips
-mirror, mixup/cutmix mix the right images with targets that sum to 1, normalisation matches NumPy and is the
-same on host and device, and a key fixes everything."""
+"""Augmentation (reluattn/training/augment.py): crops are true windows of the zero-padded image (on the
+device and on the host), flips mirror, mixup/cutmix mix the right images with targets that sum to 1,
+normalisation matches NumPy and is the same on host and device, and a key fixes everything."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from reluattn.training.augment import (CIFAR10_MEAN, CIFAR10_STD, augment_batch, crop_and_flip, cutmix, mix_batch,
-                                      mixup, normalize, one_hot, random_crop, random_flip, to_float)
+from reluattn.training import augment
+from reluattn.training.augment import crop_and_flip, mix_batch, one_hot, random_crop, random_flip
 from reluattn.training.config import AugmentationConfig
+
+# Per-channel mean and standard deviation of pixel / 255 over the 50,000 training images of the JPEG copy of
+# CIFAR-10 (a run normalises with its own training images' statistics, run_data.channel_statistics; these
+# are realistic values for the tests), measured with RELUATTN_DATA pointing at that copy:
+#   python -c "import numpy as np; from reluattn.data import load_dataset;
+#     x = load_dataset().images.reshape(-1, 3) / 255.0; print(x.mean(0).round(4), x.std(0).round(4))"
+# (The canonical archive gives 0.4914 0.4822 0.4465 / 0.2470 0.2435 0.2616; JPEG smooths the copy a little.)
+CIFAR10_MEAN = (0.4913, 0.4821, 0.4465)
+CIFAR10_STD = (0.2452, 0.2428, 0.2606)
+
+
+def normalize(images, mean=CIFAR10_MEAN, std=CIFAR10_STD, dtype=np.float32):
+    return augment.normalize(images, mean, std, dtype)
+
+
+def augment_batch(key, images, labels, cfg, num_classes, dtype=jnp.float32):
+    return augment.augment_batch(key, images, labels, cfg, num_classes, dtype, mean=CIFAR10_MEAN, std=CIFAR10_STD)
+
+
+def to_float(images, dtype=jnp.float32):
+    """uint8 pixels in [0, 255] -> floats in [0, 1]: what normalize gives with mean 0 and std 1."""
+    return augment.normalize(images, (0.0,) * images.shape[-1], (1.0,) * images.shape[-1], dtype)
+
+
+def mixup(key, images, targets, alpha: float):
+    """Mixup (Zhang et al. 2018) of float images and (B, K) targets."""
+    return mix_batch(key, images, targets, mixup_alpha=alpha)
+
+
+def cutmix(key, images, targets, alpha: float):
+    """CutMix (Yun et al. 2019) of float images and (B, K) targets."""
+    return mix_batch(key, images, targets, cutmix_alpha=alpha)
 
 
 def random_images(batch=16, side=8, channels=3, seed=0):
