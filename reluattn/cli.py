@@ -145,6 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser("plot", help="training curves of one or more runs, one PNG")
     p.add_argument("runs", nargs="+", metavar="RUN_DIR")
     p.add_argument("--output", default="curves.png", help="PNG to write (default: curves.png)")
+    p.add_argument("--x", choices=("step", "epoch", "time"), default="step",
+                   help="the x axis: optimizer step, epoch, or wall time in seconds (default: step)")
 
     from .training import sweep
     sweep.add_parser(commands)
@@ -283,7 +285,7 @@ def _command_evaluate(args) -> int:
 
 def _command_plot(args) -> int:
     from .training.plots import plot_runs
-    path = plot_runs(args.runs, args.output)
+    path = plot_runs(args.runs, args.output, x=args.x)
     print(f"wrote {path}")
     return 0
 

@@ -4,8 +4,8 @@ of zero scores), a zero key row (a column of them), and queries whose every scor
 exact zeros). A wrong relu'(0) -- jnp.maximum(s, 0) gives 1/2 there, s >= 0 gives 1 -- changes dq, dk at
 once on these.
 
-    edge_inputs(dtype)                 the two fixed AttentionInputs ("edge_kinks", "edge_negative_rows")
-    edge_cases(kinds, dtype, ...)      AttentionCases: each kind on both, causal too when asked
+    edge_inputs(dtype)                 the fixed AttentionInputs (profile "edge")
+    edge_cases(kinds, dtype, ...)      AttentionCases: each kind on them, causal too when asked
 """
 
 from __future__ import annotations
@@ -30,28 +30,24 @@ NEGATIVE_KEYS = np.array([[1, 1, 0, 0], [2, 0, 1, 0], [1, -1, 0, 1], [3, 0, 0, -
 
 
 def edge_inputs(dtype=np.float32):
-    """The two fixed AttentionInputs, (1, 4, 2, 4) each (head 1 is head 0 with its rows reversed): "edge_kinks"
-    and "edge_negative_rows"; v and dout are fixed random values (seed 0)."""
+    """The fixed AttentionInputs, profile "edge", (2, 4, 2, 4): batch 0 holds the kinks (KINK_*), batch 1 the
+    all-negative rows (NEGATIVE_*); head 1 is head 0 with its rows reversed; v and dout are fixed random
+    values (seed 0). One input, so a compiled fn compiles once for it."""
     rng = np.random.default_rng(0)
+    q = np.stack([np.stack([rows, rows[::-1]], axis=1) for rows in (KINK_QUERIES, NEGATIVE_QUERIES)])  # (2, 4, 2, 4)
+    k = np.stack([np.stack([rows, rows[::-1]], axis=1) for rows in (KINK_KEYS, NEGATIVE_KEYS)])  # (2, 4, 2, 4)
+    v, dout = (rng.normal(size=q.shape) for _ in range(2))  # (2, 4, 2, 4)
     dtype = resolve_dtype(dtype)
-    cases = []
-    for profile, queries, keys in (("edge_kinks", KINK_QUERIES, KINK_KEYS),
-                                   ("edge_negative_rows", NEGATIVE_QUERIES, NEGATIVE_KEYS)):
-        q = np.stack([queries, queries[::-1]], axis=1)[None].astype(np.float64)  # (1, T, 2, 4)
-        k = np.stack([keys, keys[::-1]], axis=1)[None].astype(np.float64)  # (1, L, 2, 4)
-        v, dout = (rng.normal(size=q.shape) for _ in range(2))  # (1, 4, 2, 4)
-        cases.append(AttentionInputs(*(x.astype(dtype) for x in (q, k, v, dout)), profile, 0))
-    return cases
+    return AttentionInputs(*(x.astype(np.float64).astype(dtype) for x in (q, k, v, dout)), "edge", 0)
 
 
 def edge_cases(kinds=None, dtype=np.float32, *, causal=False, causal_lengths=("per_query",), block_size=None):
-    """Each kind (alpha 1, scale 1) on both edge inputs, then (causal=True) causally with the first causal
-    length; block_size: the block_size argument, for tiled functions (2: tiles of a 4-key sequence)."""
-    cases = []
+    """Each kind (alpha 1, scale 1) on the edge inputs, then (causal=True) causally with the first causal
+    length; block_size: the block_size argument, for tiled functions (2: tiles of the 4 keys)."""
+    inputs, cases = edge_inputs(dtype), []
     for kind in check_kinds(kinds):
         cfg = AttentionConfig(kind=kind)
-        for inputs in edge_inputs(dtype):
-            cases.append(AttentionCase(inputs, cfg, block_size=block_size))
-            if causal:
-                cases.append(AttentionCase(inputs, cfg, True, tuple(causal_lengths)[0], block_size))
+        cases.append(AttentionCase(inputs, cfg, block_size=block_size))
+        if causal:
+            cases.append(AttentionCase(inputs, cfg, True, tuple(causal_lengths)[0], block_size))
     return cases

@@ -59,11 +59,11 @@ def test_edge_cases_run_first_and_draws_are_reproducible():
 
 
 def test_the_edge_cases_hold_exact_kinks():
-    kinks, negative = rt.edge_inputs(np.float64)
-    scores = np.einsum("bqhd,bkhd->bhqk", kinks.q, kinks.k) / 2.0
-    assert {0.0, 6.0} <= set(np.unique(scores)) and (kinks.q == 0).all(axis=-1).any() and (kinks.k == 0).all(axis=-1).any()
-    negative_scores = np.einsum("bqhd,bkhd->bhqk", negative.q, negative.k)
-    assert (negative_scores < 0).all(axis=-1).any()
+    edge = rt.edge_inputs(np.float64)
+    scores = np.einsum("bqhd,bkhd->bhqk", edge.q, edge.k) / 2.0  # (2, H, T, L)
+    assert {0.0, 6.0} <= set(np.unique(scores[0]))
+    assert (edge.q[0] == 0).all(axis=-1).any() and (edge.k[0] == 0).all(axis=-1).any()  # zero query, zero key
+    assert (scores[1] < 0).all(axis=-1).any()  # a row of negative scores
 
 
 def test_a_function_the_check_cannot_call_is_refused_in_one_line():
