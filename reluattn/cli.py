@@ -323,6 +323,8 @@ def _one_line_data_warnings(previous):
 def main(argv=None) -> int:
     """Run one command; returns the exit code (0 success, 1 bad input/failure, 2 usage, 130/143 signals)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    from .training import provenance
+    provenance.COMMAND[:] = [PROG, *map(str, argv)]  # what the run records: this call's arguments
     debug = "--debug" in argv
     argv = [arg for arg in argv if arg != "--debug"]
     previous_show_warning = warnings.showwarning

@@ -57,7 +57,7 @@ def test_ci_installs_the_declared_minimums_of_every_runtime_dependency():
     import subprocess
     import sys
     ci = (ROOT / ".ci" / "run").read_text()
-    assert ci.index("make test") < ci.index(".ci/minimums") < ci.index("make docs")
+    assert ci.index("\nmake test") < ci.index("\n.ci/minimums") < ci.index("\nmake docs")
     pins = subprocess.run([sys.executable, str(ROOT / ".ci" / "minimum_pins.py"), "testing"], check=True,
                           capture_output=True, text=True).stdout.split()
     text = (ROOT / "pyproject.toml").read_text()

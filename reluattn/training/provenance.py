@@ -15,6 +15,9 @@ from importlib import metadata
 from pathlib import Path
 
 PACKAGES = ("numpy", "jax", "jaxlib", "optax", "reluattn")
+# The command line to record, set by reluattn.cli.main (which may be called with arguments of its own, not
+# sys.argv's); empty: this process's sys.argv.
+COMMAND: list[str] = []
 
 
 def cpu_model() -> str:
@@ -63,4 +66,5 @@ def _static() -> dict:
 def provenance() -> dict:
     """{"command", "versions" {python, numpy, jax, jaxlib, optax, reluattn}, "git_commit", "machine" {cpu,
     cores, platform, devices}} of this process."""
-    return {"command": shlex.join([Path(sys.argv[0]).name] + sys.argv[1:]), **_static()}
+    command = COMMAND or [Path(sys.argv[0]).name] + sys.argv[1:]
+    return {"command": shlex.join(command), **_static()}

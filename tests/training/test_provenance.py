@@ -38,7 +38,9 @@ def test_config_and_summary_record_the_command_versions_commit_and_machine(cells
         machine = record["machine"]
         assert machine["cores"] >= 1 and machine["cpu"] and machine["devices"] == [str(d) for d in jax.devices()]
         assert "git_commit" in record
-    monkeypatch.setattr(sys, "argv", ["reluattn", "train", "--steps", "3"])
+    assert record["command"].startswith("reluattn train ")
+    monkeypatch.setattr(provenance, "COMMAND", [])  # no CLI call: this process's own command line
+    monkeypatch.setattr(sys, "argv", ["/usr/bin/reluattn", "train", "--steps", "3"])
     assert provenance.provenance()["command"] == "reluattn train --steps 3"
 
 
