@@ -103,6 +103,13 @@ def check_attention_options(attn_cfg, impl, block_size, causal, causal_length) -
     return impl
 
 
+def check_attention_mask(mask) -> None:
+    """dot_product_attention's mask must be bool (True: the query may read the key), as in jax.nn; a float
+    mask cast to bool would invert an additive 0 / -1e9 mask."""
+    if mask is not None and _dtype(mask) != np.bool_:
+        raise ValueError(f"mask dtype should be bool, but got {_dtype(mask)}: pass an additive mask as `bias=`")
+
+
 def check_regulariser_kind(attn_cfg) -> None:
     """The attention regulariser reads log row sums and entropies: it needs non-negative weights."""
     if attn_cfg.kind in KINDS_WITH_SIGNED_WEIGHTS:

@@ -149,6 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = commands.add_parser("plot", help="training curves of one or more runs, one PNG")
     p.add_argument("runs", nargs="+", metavar="RUN_DIR")
     p.add_argument("--output", default="curves.png", help="PNG to write (default: curves.png)")
+    p.add_argument("--x", choices=("step", "epoch", "time"), default="step",
+                   help="the x axis: optimizer step, epoch, or wall time in seconds (default: step)")
 
     _sweep_parser(commands)
 
@@ -328,7 +330,7 @@ def _command_evaluate(args) -> int:
 
 def _command_plot(args) -> int:
     from .training.plots import plot_runs
-    path = plot_runs(args.runs, args.output)
+    path = plot_runs(args.runs, args.output, x=args.x)
     print(f"wrote {path}")
     return 0
 
@@ -420,6 +422,8 @@ def _one_line_data_warnings(previous):
 def main(argv=None) -> int:
     """Run one command; returns the exit code (0 success, 1 bad input/failure, 2 usage, 130/143 signals)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    from .training import provenance
+    provenance.COMMAND[:] = [PROG, *map(str, argv)]  # what the run records: this call's arguments
     debug = "--debug" in argv
     argv = [arg for arg in argv if arg != "--debug"]
     previous_show_warning = warnings.showwarning

@@ -45,6 +45,10 @@ ATTENTION_IMPLS = ("dense", "blocked")
 GATE_ACTIVATIONS = ("silu", "identity")
 # Kinds whose weights do not use alpha and scale, so a learned alpha or scale would have nothing to act on.
 KINDS_WITHOUT_LENGTH_FACTOR = ("softmax", "sigmoid_bias")
+# A bias at or below this hides its key in the jax.nn-style drop-in (dot_product_attention, attention_fn) and its
+# NumPy reference, exactly as a False mask entry does: the key neither weighs nor counts in L. It covers -inf,
+# Hugging Face Flax's finfo(dtype).min, PyTorch's -1e9 and BERT's -10000; softmax gives such keys weight 0 anyway.
+HIDING_BIAS = -1e4
 # Kinds whose weights can be negative, where the attention regulariser's log row sum and entropy are undefined.
 KINDS_WITH_SIGNED_WEIGHTS = ("gelu", "identity")
 

@@ -51,3 +51,16 @@ def test_make_docs_builds_with_the_docs_extra_and_ci_runs_it():
     assert ".[dev,docs]" in makefile and "-W" in makefile  # warnings are errors
     ci = (ROOT / ".ci" / "run").read_text()
     assert ci.index("make test") < ci.index("make docs")
+
+
+def test_ci_installs_the_declared_minimums_of_every_runtime_dependency():
+    import subprocess
+    import sys
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert ci.index("\nmake test") < ci.index("\n.ci/minimums") < ci.index("\nmake docs")
+    pins = subprocess.run([sys.executable, str(ROOT / ".ci" / "minimum_pins.py"), "testing"], check=True,
+                          capture_output=True, text=True).stdout.split()
+    text = (ROOT / "pyproject.toml").read_text()
+    runtime = re.findall(r'"([A-Za-z0-9_.\-]+)>=([^"]+)"', text[text.index("\ndependencies = ["):text.index("]", text.index("\ndependencies = ["))])
+    assert {f"{name}=={bound}" for name, bound in runtime} <= set(pins), pins
+    assert "jax==0.4.33" in pins and "optax==0.2.5" in pins  # optimization_barrier, optax.tree

@@ -47,6 +47,7 @@ from .attention_statistics import learned_length_factors, measure_attention, sta
 from .config import TrainConfig, check_fits_in_memory
 from .run_data import load_run_data
 from .resume import check_resume, resume_step, saved_train_config
+from .provenance import provenance
 from .run_dir import (CheckpointError, MetricsLog, load_checkpoint, resolve_checkpoint, save_checkpoint,
                       write_summary)
 from .run_folder import LOCK, check_fresh_run_folder, refuse_if_in_use, use_run_folder
@@ -320,7 +321,7 @@ class _Loop:
         params = self.check_params(done)
         state = {"epoch": self.epoch_of(done), "seed": self.config.seed, "validation": self.history,
                  "elapsed": round(self.elapsed(), 3)}
-        config = dict(self.config.to_dict(), data=self.run_data.description)
+        config = dict(self.config.to_dict(), data=self.run_data.description, provenance=provenance())
         self.last_checkpoint = save_checkpoint(self.run_dir, done, config, params, self.engine.host_opt_state(),
                                                state, keep=self.config.keep_checkpoints)
         self.interval_start = time.perf_counter()
@@ -369,7 +370,7 @@ class _Loop:
             "steps": total, "best_val_accuracy": best, "final_val_accuracy": final,
             "wall_time_s": round(self.elapsed(), 3), "images_per_s": self.images_per_s(),
             "checkpoint": str(self.last_checkpoint), "attention": self.config.model.attention.kind,
-            "preset": self.config.preset, "summary": line})
+            "preset": self.config.preset, "summary": line, "provenance": provenance()})
         _status(self.stdout, line)
         return TrainResult(0, total, total, best, final, self.last_checkpoint, line)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -30,17 +31,19 @@ def _save(figure, output) -> Path:
 
 # --------------------------------------------------------------------------------------- training curves
 
-def run_label(run_dir: Path) -> str:
-    """The run's folder name and its attention kind, e.g. "relu-run (relu, alpha 1)", from its latest checkpoint."""
+def run_label(run_dir: Path, name: str | None = None) -> str:
+    """The run's name (default: its folder's) and its attention kind, e.g. "relu-run (relu, alpha 1)", from its
+    latest checkpoint."""
+    name = run_dir.name if name is None else name
     try:
         config = json.loads((resolve_checkpoint(run_dir) / CONFIG).read_text())
         attention = config["model"]["attention"]
         kind = attention["kind"]
         if kind not in KINDS_WITHOUT_LENGTH_FACTOR:  # these ignore alpha
             kind = f"{kind}, alpha {attention['alpha']:g}"
-        return _printable(f"{run_dir.name} ({kind})")
+        return _printable(f"{name} ({kind})")
     except (ValueError, OSError, KeyError, TypeError, RecursionError):  # no readable checkpoint: the name alone
-        return _printable(run_dir.name)
+        return _printable(name)
 
 
 def _printable(text: str) -> str:
@@ -49,11 +52,29 @@ def _printable(text: str) -> str:
     return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
-def plot_runs(run_dirs, output="curves.png") -> Path:
-    """Train loss and validation accuracy against step, one colour per run, in one PNG; when the runs logged
+def run_names(run_dirs) -> list[str]:
+    """Each run's folder path relative to the runs' common parent ("alpha-1/seed0" for a sweep's cells, whose
+    last folders are alike), or its folder name alone when there is one run."""
+    paths = [Path(run).resolve() for run in run_dirs]
+    if len(paths) < 2:
+        return [path.name for path in paths]
+    parent = Path(os.path.commonpath(paths))
+    return [str(path.relative_to(parent)) if path != parent else path.name for path in paths]
+
+
+# The x axes `plot --x` offers: the metrics.jsonl field each reads, and its label.
+X_AXES = {"step": ("step", "step"), "epoch": ("epoch", "epoch"), "time": ("time", "wall time (s)")}
+
+
+def plot_runs(run_dirs, output="curves.png", x="step") -> Path:
+    """Train loss and validation accuracy against `x` (step, epoch or time: wall time in s), one colour per
+    run, labelled by its folder path relative to the runs' common parent, in one PNG; when the runs logged
     attention statistics, a second row shows them (each the mean over blocks)."""
-    runs = []
-    for run in run_dirs:
+    if x not in X_AXES:
+        raise ValueError(f"--x must be one of {', '.join(X_AXES)}; got {x!r}")
+    field, xlabel = X_AXES[x]
+    run_dirs, runs = list(run_dirs), []
+    for run, name in zip(run_dirs, run_names(run_dirs)):
         run = Path(run)
         if run.name == METRICS and run.is_file():  # the run's metrics.jsonl itself
             run = run.parent
@@ -62,7 +83,8 @@ def plot_runs(run_dirs, output="curves.png") -> Path:
         records = read_metrics(run)
         if not records:
             raise ValueError(f"{run / METRICS} holds no metrics yet; train the run for a few steps first")
-        runs.append((run_label(run), records))
+        records = [r for r in records if _finite(r.get(field))]  # older logs may lack epoch or time
+        runs.append((run_label(run, name), records))
     from matplotlib.figure import Figure  # here: importing plots stays light
     runs = [(label, [r for r in records if isinstance(r.get("attention", {}), dict)]) for label, records in runs]
     with_attention = any("attention" in r for _, records in runs for r in records)
@@ -80,18 +102,18 @@ def plot_runs(run_dirs, output="curves.png") -> Path:
     for (label, records), colour in zip(runs, colours):
         train = [r for r in records if r.get("split") == "train" and _finite(r.get("loss"))]
         held_out = [r for r in records if r.get("split") in ("val", "test") and _finite(r.get("accuracy"))]
-        loss_axes.plot([r["step"] for r in train], [r["loss"] for r in train], color=colour, label=label, lw=1.2)
-        accuracy_axes.plot([r["step"] for r in held_out], [r["accuracy"] for r in held_out], color=colour,
+        loss_axes.plot([r[field] for r in train], [r["loss"] for r in train], color=colour, label=label, lw=1.2)
+        accuracy_axes.plot([r[field] for r in held_out], [r["accuracy"] for r in held_out], color=colour,
                            label=label, marker="o", ms=3, lw=1.2)
     for axes, (name, title) in zip(attention_axes, ATTENTION_PANELS):
         for (label, records), colour in zip(runs, colours):
-            measured = [(r["step"], _block_mean(r["attention"].get(name))) for r in records if "attention" in r]
+            measured = [(r[field], _block_mean(r["attention"].get(name))) for r in records if "attention" in r]
             measured = [(step, value) for step, value in measured if value is not None]
             axes.plot([step for step, _ in measured], [value for _, value in measured], color=colour, label=label,
                       marker="o", ms=3, lw=1.2)
-        axes.set(title=title, xlabel="step")
-    loss_axes.set(title="training loss", xlabel="step", ylabel="cross-entropy (with label smoothing)")
-    accuracy_axes.set(title="validation accuracy", xlabel="step", ylabel="accuracy")
+        axes.set(title=title, xlabel=xlabel)
+    loss_axes.set(title="training loss", xlabel=xlabel, ylabel="cross-entropy (with label smoothing)")
+    accuracy_axes.set(title="validation accuracy", xlabel=xlabel, ylabel="accuracy")
     if attention_axes:
         attention_axes[0].set_ylabel("mean over blocks, fixed validation batch")
     for axes in (loss_axes, accuracy_axes, *attention_axes):

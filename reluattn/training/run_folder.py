@@ -31,7 +31,6 @@ is empty. A folder holding anything else is left in place, and the message says 
 from __future__ import annotations
 
 import errno
-import fcntl
 import json
 import os
 from contextlib import contextmanager
@@ -56,6 +55,17 @@ CONFIG, PARAMS, OPT_STATE, STATE = "config.json", "params.npz", "opt_state.npz",
 CHECKPOINT_FILES = (CONFIG, PARAMS, OPT_STATE, STATE)
 # Temporaries reluattn makes in a run folder (files.py; older versions used ".<name>.tmp", ".tmp-step_N-PID").
 TEMPORARY_PREFIXES = (".metrics.jsonl.", ".summary.json.", ".LATEST.", ".tmp-step_")
+
+
+def _flock(fd, flags_name: str) -> None:
+    """fcntl.flock(fd, LOCK_<flags_name> | LOCK_NB). fcntl is POSIX-only, so it is imported here, when a run
+    folder is locked, not when reluattn is imported (reluattn.cli and reluattn.testing import on Windows)."""
+    try:
+        import fcntl
+    except ImportError:
+        raise RunFolderError("locking a run folder needs fcntl (Linux, macOS); this platform has none: run "
+                             "reluattn train under WSL or another POSIX system") from None
+    fcntl.flock(fd, getattr(fcntl, f"LOCK_{flags_name}") | fcntl.LOCK_NB)
 
 
 def is_temporary_name(name: str) -> bool:
@@ -91,7 +101,7 @@ class RunFolderLock:
                                      f"remove it or choose another --out") from None
             raise
         try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _flock(self.fd, "EX")
         except BlockingIOError:
             error = _in_use(self.run_dir, self.fd)
             os.close(self.fd)
@@ -135,7 +145,7 @@ def refuse_if_in_use(run_dir) -> None:
     except OSError:
         return  # no lock file (or not one we can read): nobody can be holding it
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        _flock(fd, "SH")
     except BlockingIOError:
         raise _in_use(run_dir, fd) from None
     finally:
