@@ -166,3 +166,23 @@ def environment(tmp_path_factory):
         patch.setenv("RELUATTN_CACHE", str(tmp_path_factory.mktemp("cache")))
         patch.delenv("RELUATTN_DATA", raising=False)
         yield
+
+
+def one_error_line(capsys, argv, code=1) -> str:
+    """The one stderr line `reluattn ARGV` ends with (no traceback), checking its exit code."""
+    from reluattn.cli import main
+    capsys.readouterr()
+    assert main(argv) == code
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in lines[0] and "internal error" not in lines[0], lines
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def finished(data, tmp_path_factory):
+    """A finished 8-step NumPy-backend run (checkpoints at 4 and 8)."""
+    from reluattn.cli import main
+    out = tmp_path_factory.mktemp("finished") / "run"
+    assert main(numpy_run(data, out)) == 0
+    return out
+

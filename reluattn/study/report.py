@@ -161,7 +161,7 @@ def _train_flops(summary: dict, config: dict | None, run_dir: Path) -> float | N
     from ..config import ViTConfig
     try:
         model = ViTConfig.from_dict(config["model"])
-        return model.flops_per_image() * config["batch_size"] * config["optimizer"]["total_steps"]
+        return model.train_flops(config["batch_size"], config["optimizer"]["total_steps"])
     except (KeyError, TypeError, ValueError):
         _warn(f"{run_dir / 'config.json'}: not a run's config; the report leaves its train_flops empty")
         return None

@@ -14,21 +14,12 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+from ..machine import cpu_model
+
 PACKAGES = ("numpy", "jax", "jaxlib", "optax", "reluattn")
 # The command line to record, set by reluattn.cli.main (which may be called with arguments of its own, not
 # sys.argv's); empty: this process's sys.argv.
 COMMAND: list[str] = []
-
-
-def cpu_model() -> str:
-    """The CPU's model name ("AMD EPYC ..."), from /proc/cpuinfo where there is one."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _version(package: str) -> str | None:

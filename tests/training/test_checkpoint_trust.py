@@ -15,23 +15,7 @@ import pytest
 from reluattn.cli import main
 from reluattn.training import run_dir as ck
 from train_helpers import numpy_run
-from train_helpers import data, environment  # noqa: F401  (module fixtures)
-
-
-def one_error_line(capsys, argv, code=1) -> str:
-    capsys.readouterr()
-    assert main(argv) == code
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in lines[0] and "internal error" not in lines[0], lines
-    return lines[0]
-
-
-@pytest.fixture(scope="module")
-def finished(data, tmp_path_factory):
-    """A finished 8-step run (checkpoints at 4 and 8)."""
-    out = tmp_path_factory.mktemp("finished") / "run"
-    assert main(numpy_run(data, out)) == 0
-    return out
+from train_helpers import data, environment, finished, one_error_line  # noqa: F401  (shared fixtures)
 
 
 @pytest.fixture

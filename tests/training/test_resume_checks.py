@@ -13,23 +13,7 @@ from PIL import Image
 from reluattn.cli import main
 from reluattn.training.run_dir import list_checkpoints, save_checkpoint
 from train_helpers import assert_bit_identical, final_arrays, numpy_run
-from train_helpers import data, environment  # noqa: F401  (module fixtures)
-
-
-def one_error_line(capsys, argv, code=1) -> str:
-    capsys.readouterr()
-    assert main(argv) == code
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in lines[0] and "internal error" not in lines[0], lines
-    return lines[0]
-
-
-@pytest.fixture(scope="module")
-def finished(data, tmp_path_factory):
-    """A finished 8-step run (checkpoints at 4 and 8)."""
-    out = tmp_path_factory.mktemp("finished") / "run"
-    assert main(numpy_run(data, out)) == 0
-    return out
+from train_helpers import data, environment, finished, one_error_line  # noqa: F401  (shared fixtures)
 
 
 def cut_back_to_step_4(finished, tmp_path):
