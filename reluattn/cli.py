@@ -419,6 +419,15 @@ def _one_line_data_warnings(previous):
     return show
 
 
+def _ignore_further_interrupts() -> None:
+    """After a stop has been handled, the process only exits: ignore SIGINT from here on, so that one more
+    Ctrl-C cannot land in a destructor (tqdm's) and print "Exception ignored in ..." over the message."""
+    import signal
+    import threading
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def main(argv=None) -> int:
     """Run one command; returns the exit code (0 success, 1 bad input/failure, 2 usage, 130/143 signals)."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -439,7 +448,8 @@ def main(argv=None) -> int:
     except KeyboardInterrupt as interrupt:
         if debug:
             raise
-        print(f"{PROG}: {interrupt or 'interrupted'}", file=sys.stderr)  # a run's names its last checkpoint
+        _ignore_further_interrupts()  # a Ctrl-C during the exit would only print a traceback from a destructor
+        print(f"{PROG}: {str(interrupt) or 'interrupted'}", file=sys.stderr)  # a run's names its last checkpoint
         return 130
     except UsageError as error:
         if debug:

@@ -48,6 +48,12 @@ def _save(fig, path, title: str):
     return path
 
 
+def _legend(ax) -> None:
+    """A legend when something on the axes has a label (matplotlib warns over an empty one)."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+
+
 def _accuracy_axis(ax, value: str, xlabel: str) -> None:
     ax.set_xlabel(xlabel)
     ax.set_ylabel(value.replace("_", " ").replace("val ", "validation "))
@@ -63,7 +69,7 @@ def alpha_figure(rows, path, title, value="best_val_accuracy"):
         _reference(ax, cells, tokens=tokens)
         _accuracy_axis(ax, value, "alpha (weights divided by L^alpha)")
         ax.set_title(f"{tokens} tokens")
-        ax.legend(fontsize=8)
+        _legend(ax)
     return _save(fig, path, title)
 
 
@@ -80,7 +86,7 @@ def flops_figure(rows, path, title, value="best_val_accuracy"):
         ax.set_xlabel("training FLOPs")
         ax.set_ylabel(name)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        _legend(ax)
     return _save(fig, path, title)
 
 
@@ -93,7 +99,7 @@ def bars_figure(rows, path, title, value="best_val_accuracy"):
     ax.set_xticks(range(len(names)), names, rotation=60, ha="right", fontsize=8)
     _reference(ax, cells)
     ax.set_ylabel(value.replace("_", " ").replace("val ", "validation "))
-    ax.legend(fontsize=8)
+    _legend(ax)
     return _save(fig, path, title)
 
 
@@ -103,7 +109,7 @@ def slots_figure(rows, path, title, value="best_val_accuracy"):
     _plot_series(ax, _series(cells, "mlp_dim", "activation"))
     ax.set_xscale("log", base=2)
     _accuracy_axis(ax, value, "MLP width = memory slots")
-    ax.legend(fontsize=8)
+    _legend(ax)
     return _save(fig, path, title)
 
 
@@ -118,7 +124,7 @@ def length_figure(rows, path, title, value="best_val_accuracy"):
     for ax in axes:
         ax.set_xscale("log", base=2)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        _legend(ax)
     return _save(fig, path, title)
 
 
@@ -133,7 +139,7 @@ def learned_figure(rows, path, title, value="best_val_accuracy"):
     _accuracy_axis(axes[1], value, "alpha at initialisation")
     for ax in axes:
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        _legend(ax)
     return _save(fig, path, title)
 
 
@@ -143,7 +149,7 @@ def lr_figure(rows, path, title, value="best_val_accuracy"):
     _plot_series(ax, _series(aggregate(rows, "best_val_accuracy"), "lr", "kind"))
     ax.set_xscale("log", base=2)
     _accuracy_axis(ax, "best_val_accuracy", "peak learning rate")
-    ax.legend(fontsize=8)
+    _legend(ax)
     return _save(fig, path, title)
 
 

@@ -252,3 +252,12 @@ def test_sweep_refuses_a_folder_of_another_experiment(tmp_path):
     (tmp_path / "sweep.json").write_text(json.dumps({"experiment": "scaling", "scale": "cpu"}))
     with pytest.raises(ValueError, match="holds the sweep scaling"):
         sweep_module.run_sweep("kv-memory", scale="cpu", out=tmp_path, progress=False)
+
+
+def test_a_figure_with_nothing_labelled_draws_without_a_legend_warning(tmp_path):
+    """Audit K11: --report printed matplotlib's two-line 'No artists with labels' warning for empty panels."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        path = FIGURES["slots"]([], tmp_path / "empty.png", "empty")
+    assert path.stat().st_size > 1000

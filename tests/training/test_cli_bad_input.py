@@ -218,3 +218,22 @@ def test_a_data_notice_is_one_line_on_the_command_line(capsys):
                                        "them; decoding again\n")
     assert others == [UserWarning]
     assert warnings.showwarning is not show  # main() installs it only while a command runs
+
+
+def test_a_stop_prints_interrupted_and_ignores_further_ctrl_c(monkeypatch, capsys):
+    """Audit K1/K5: a bare KeyboardInterrupt printed an empty 'reluattn: ', and a further Ctrl-C during the
+    exit could land in tqdm's destructor; now the line says 'interrupted' and SIGINT is ignored after it."""
+    import signal
+    from reluattn import cli
+
+    def stop(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(cli.COMMANDS, "plot", stop)
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        assert cli.main(["plot", "somewhere"]) == 130
+        assert capsys.readouterr().err.strip() == "reluattn: interrupted"
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
