@@ -147,7 +147,10 @@ def lr_figure(rows, path, title, value="best_val_accuracy"):
     """Validation accuracy against the peak learning rate, one line per attention kind (the lr-grid)."""
     fig, ax = _figure(figsize=(6.5, 4.5))
     _plot_series(ax, _series(aggregate(rows, "best_val_accuracy"), "lr", "kind"))
-    ax.set_xscale("log", base=2)
+    ax.set_xscale("log")
+    rates = sorted({row["lr"] for row in rows if row.get("lr")})
+    ax.set_xticks(rates, [f"{rate:g}" for rate in rates])
+    ax.minorticks_off()
     _accuracy_axis(ax, "best_val_accuracy", "peak learning rate")
     _legend(ax)
     return _save(fig, path, title)
