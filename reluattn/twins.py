@@ -75,6 +75,9 @@ TWINS = (
     _row("multihead_attention.py", "attention", "attention"),
     _row("multihead_attention.py", "dot_product_attention", "dot_product_attention attention_fn",
          "NumPy's is forward only (the reference values); JAX's is jax.nn's drop-in, attention_fn Flax's"),
+    _row("multihead_attention.py", "visible_keys", "",
+         "the reference's mask of the keys each query sees (mask, bias, lengths, causal, window), public so the "
+         "testing kit builds expectations from it; JAX's drop-in keeps its own private _visible_keys"),
     _row("mlp.py", "ACTIVATIONS", "ACTIVATIONS"),
     _row("mlp.py", "mlp_forward mlp_backward", "mlp"),
     _row("model.py", "patchify", "patchify"),

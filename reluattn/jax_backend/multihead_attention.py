@@ -306,6 +306,17 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, kind="relu
                     key_value_seq_lengths, local_window_size, implementation, return_residual)
 
 
+def _flax_mask(mask):
+    """Flax's float 0/1 masks (nn.make_attention_mask gives float32) as the bool mask they mean, "attend where
+    nonzero", as Flax's own attention reads them. A concrete float mask holding anything but 0 and 1 (an
+    additive 0 / -1e9 one, which that reading would invert) is refused with jax.nn's message."""
+    if mask is None or jnp.issubdtype(jnp.asarray(mask).dtype, jnp.bool_):
+        return mask
+    if not isinstance(mask, jax.core.Tracer) and not np.isin(np.asarray(mask), (0, 1)).all():
+        check_attention_mask(mask)  # raises: "mask dtype should be bool ...: pass an additive mask as `bias=`"
+    return jnp.asarray(mask) != 0
+
+
 def attention_fn(kind="relu", *, alpha=1.0, weight_scale=1.0, implementation=None):
     """The `attention_fn` of flax.nnx.MultiHeadAttention / flax.linen.MultiHeadDotProductAttention (and a
     jax.nn.dot_product_attention stand-in) with `kind`, alpha and weight_scale fixed:
@@ -316,7 +327,9 @@ def attention_fn(kind="relu", *, alpha=1.0, weight_scale=1.0, implementation=Non
     broadcast_dropout), dtype (q, k, v cast to it), precision, module (sow_weights=True: the weights are
     sown as "attention_weights"); force_fp32_for_softmax is accepted and ignored (the scores and weights are
     float32 anyway); Linen's einsum hooks (qk_attn_weights_einsum, attn_weights_value_einsum) are refused, since
-    honouring them would bypass the masks and the length factor. alpha and weight_scale: numbers or arrays."""
+    honouring them would bypass the masks and the length factor. alpha and weight_scale: numbers or arrays.
+    A float 0/1 `mask` is read as Flax reads its masks (attend where nonzero: Linen's make_attention_mask gives
+    float32); any other float mask is refused, as is every float mask by the jax.nn-signature drop-in."""
     AttentionConfig(kind=kind, **{name: x if _is_number(x) else 1.0
                                   for name, x in (("alpha", alpha), ("scale", weight_scale))})  # fails here
 
@@ -332,6 +345,7 @@ def attention_fn(kind="relu", *, alpha=1.0, weight_scale=1.0, implementation=Non
                                           f"scores and weighted sum itself (masks, L); leave {name} unset")
         if dtype is not None:
             query, key, value = (jnp.asarray(x, dtype) for x in (query, key, value))
+        mask = _flax_mask(mask)
         dropout = None
         if dropout_rate > 0.0 and not deterministic:
             if dropout_rng is None:

@@ -30,8 +30,8 @@ NEGATIVE_KEYS = np.array([[1, 1, 0, 0], [2, 0, 1, 0], [1, -1, 0, 1], [3, 0, 0, -
 
 
 def edge_inputs(dtype=np.float32):
-    """The fixed AttentionInputs, profile "edge", (2, 4, 2, 4): batch 0 holds the kinks (KINK_*), batch 1 the
-    all-negative rows (NEGATIVE_*); head 1 is head 0 with its rows reversed; v and dout are fixed random
+    """The fixed AttentionInputs, profile "edge", (2, 4, 2, 4): batch 0 holds the kinks (``KINK_*``), batch 1 the
+    all-negative rows (``NEGATIVE_*``); head 1 is head 0 with its rows reversed; v and dout are fixed random
     values (seed 0). One input, so a compiled fn compiles once for it."""
     rng = np.random.default_rng(0)
     q = np.stack([np.stack([rows, rows[::-1]], axis=1) for rows in (KINK_QUERIES, NEGATIVE_QUERIES)])  # (2, 4, 2, 4)

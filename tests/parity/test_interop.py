@@ -328,3 +328,18 @@ def test_an_nnx_model_switches_to_relu_by_one_argument_and_trains():
     for _ in range(14):
         loss, _ = step(model, optimizer)
     assert float(loss) < 0.8 * float(first_loss), (float(first_loss), float(loss))
+
+
+def test_attention_fn_reads_flax_float_masks_as_flax_does():
+    """Linen's nn.make_attention_mask gives float32 0/1 masks; attention_fn reads them as Flax does (attend
+    where nonzero) and gives the bool mask's answer, while the jax.nn-signature drop-in refuses float masks."""
+    import jax.numpy as jnp
+    import numpy as np
+    from reluattn.jax_backend import attention_fn, dot_product_attention
+    rng = np.random.default_rng(0)
+    q, k, v = (jnp.asarray(rng.standard_normal((2, 5, 2, 4)), jnp.float32) for _ in range(3))
+    keep = jnp.asarray(rng.random((2, 1, 5, 5)) > 0.3)
+    fn = attention_fn("relu")
+    np.testing.assert_allclose(fn(q, k, v, mask=keep.astype(jnp.float32)), fn(q, k, v, mask=keep), rtol=1e-6)
+    with pytest.raises(ValueError, match="pass an additive mask as `bias=`"):
+        dot_product_attention(q, k, v, mask=keep.astype(jnp.float32), kind="relu")

@@ -60,7 +60,7 @@ def test_a_run_scores_its_test_split_once_and_evaluate_agrees(train_only_data, t
     assert summary["num_test"] == 15 and 0.0 <= summary["test_accuracy"] <= 1.0
     assert "test accuracy" in summary["summary"]
     capsys.readouterr()
-    assert main(["evaluate", "--checkpoint", str(run), "--json"]) == 0  # the default split is the test split
+    assert main(["evaluate", "--checkpoint", str(run), "--data", str(train_only_data), "--json"]) == 0  # default: test
     result = json.loads(capsys.readouterr().out)
     assert result["n"] == 15
     assert result["accuracy"] == pytest.approx(summary["test_accuracy"], abs=1e-12)
