@@ -20,7 +20,7 @@ Where they differ, and why:
   - dot_product_attention: NumPy's is forward only, the reference values (bias, mask, is_causal); JAX's is
     the drop-in (also jax.nn's sequence lengths, local window and implementation) with attention_fn (Flax).
 
-The table (file, NumPy names, JAX names, why they differ where they do)::
+The table (file, NumPy names, JAX names, why they differ where they do):
 """
 
 from __future__ import annotations
