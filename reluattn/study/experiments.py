@@ -17,7 +17,11 @@ A cell is one model/recipe (a set of `reluattn train` flags) and its grid coordi
             experiment); 3 seeds per cell, 5 for every relu / L-vs-softmax cell. Estimated from the pilot's
             measured speed (a 64x4 run at 65 tokens, 625 steps, took 35-51 s on a quiet 2-core AMD EPYC):
             3,125 steps, about 3-4 min at 65 tokens and 1-1.5 min at 17 tokens per run.
-    gpu     one GPU: the full training split, wider models, longer runs (not run: no GPU was lent).
+    gpu     the cpu scale's recipe and budget (10 epochs on the same 40,000 images, the same splits, each kind at
+            its lr-grid learning rate, 3 seeds, 5 for relu / L vs softmax) on one GPU, where models too large for
+            two CPU cores train in seconds: the scaling ladder goes up to ViT 192 x 8. Fixed on 2026-11-27
+            before its first run, from one probe of the H200's speed (a 64x4 epoch at 65 tokens: 13 s
+            alone, 12 runs at once in 23 s).
 
 Margins of the equivalence tests ("matches", "equivalent") are fixed here, in accuracy points, before any
 run of the scale they judge; the pilot's were written after its runs were seen (say so when quoting them).
@@ -39,9 +43,9 @@ SCALE_FLAGS = {
     "cpu": {"--val-split": 5000, "--test-split": 5000, "--epochs": 10, "--warmup-epochs": 0.5,
             "--batch-size": 128, "--dim": 64, "--depth": 4, "--heads": 2, "--mlp-dim": 128,
             "--compute-dtype": "bfloat16", "--label-smoothing": 0.1, "--lr": 2e-3},
-    "gpu": {"--val-split": 5000, "--test-split": 5000, "--epochs": 50, "--warmup-epochs": 2.0, "--batch-size": 256,
-            "--dim": 192, "--depth": 6, "--heads": 3, "--mlp-dim": 384, "--compute-dtype": "bfloat16",
-            "--label-smoothing": 0.1, "--lr": 1e-3},
+    "gpu": {"--val-split": 5000, "--test-split": 5000, "--epochs": 10, "--warmup-epochs": 0.5,
+            "--batch-size": 128, "--dim": 64, "--depth": 4, "--heads": 2, "--mlp-dim": 128,
+            "--compute-dtype": "bfloat16", "--label-smoothing": 0.1, "--lr": 2e-3},
 }
 # Every cell runs through the same preset, so a preset's later change moves no sweep silently.
 BASE_PRESET = "cpu-small"
@@ -76,9 +80,10 @@ def value_column(scale: str) -> str:
 
 
 def _learning_rate(cell: Cell, scale: str) -> dict:
-    """The kind's chosen learning rate at the cpu scale (cells that set --lr themselves keep theirs)."""
+    """The kind's chosen learning rate at the cpu and gpu scales, which share a recipe (cells that set --lr
+    themselves keep theirs)."""
     kind = cell.flags.get("--attention")
-    if scale != "cpu" or "--lr" in cell.flags or LEARNING_RATES.get(kind) is None:
+    if scale not in ("cpu", "gpu") or "--lr" in cell.flags or LEARNING_RATES.get(kind) is None:
         return {}
     return {"--lr": LEARNING_RATES[kind]}
 
