@@ -21,8 +21,9 @@ def _row(entry: dict) -> str:
     margin = f" (margin ±{100 * entry['margin']:g})" if entry.get("margin") else ""
     test = "TOST" if entry.get("margin") else "t"
     seeds = "/".join(str(n) for n in entry["seeds"])
+    reading = READINGS[entry["reading"]] + (" (interim: fewer seeds than planned)" if entry.get("short") else "")
     return (f"| {entry['question']} | {_points(entry['difference'])} [{_points(low)}, {_points(high)}]{margin} | "
-            f"{test} {entry['p_value']:.2g} | {entry['p_holm']:.2g} | {seeds} | {READINGS[entry['reading']]} |")
+            f"{test} {entry['p_value']:.2g} | {entry['p_holm']:.2g} | {seeds} | {reading} |")
 
 
 def verdicts_markdown(result: dict) -> str:

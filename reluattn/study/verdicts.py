@@ -16,14 +16,17 @@ and a claim's verdict follows its rule: "all" (agrees when every comparison supp
 some support and none contradict, disagrees when some contradict and none support), "most" (the paper says "typically": agrees when at most a quarter contradict,
 disagrees when more than half do), "none-best" (agrees unless one cell is resolvably ahead of every other
 of its length). Anything else is "inconclusive"; a claim whose setting the grid does not reach is "not
-tested in the paper's setting" whatever its comparisons say.
+tested in the paper's setting" whatever its comparisons say. A claim gets no verdict while any of its
+comparisons lacks runs (a cell not run, or run at fewer seeds than the grid plans): the rows show the
+interim numbers, marked so, and the verdict waits for the whole design.
 """
 
 from __future__ import annotations
 
 import math
 
-from .experiments import EXPERIMENTS, planned_comparisons, value_column
+from .experiments import EXPERIMENTS, cells_of, planned_comparisons, value_column
+from .records import DEFAULT_SEEDS
 from .statistics import aggregate, contrast, holm, holm_adjusted, pooled_spread, slope
 
 LEVEL = 0.95
@@ -67,9 +70,16 @@ def contrast_interval(result) -> tuple:
     return (result.difference - half, result.difference + half)
 
 
-def _verdict(claim, readings: list[str], planned: list) -> str:
+def planned_seeds(experiment: str, scale: str) -> dict[str, int]:
+    """Each cell's number of seeds in the design: the scale's, or the cell's own where it asks for more."""
+    return {cell.name: max(DEFAULT_SEEDS[scale], cell.seeds or 0) for cell in cells_of(experiment, scale)}
+
+
+def _verdict(claim, readings: list[str], planned: list, complete: int, designed: int) -> str:
     if not readings:
         return "no runs yet"
+    if complete < designed:
+        return f"no verdict yet ({complete} of {designed} comparisons have all their planned runs)"
     supports, contradicts = readings.count("supports"), readings.count("contradicts")
     if claim.rule == "none-best":
         verdict = "disagrees" if _clear_best(planned, readings) else "agrees"
@@ -105,6 +115,7 @@ def judge(experiment: str, rows: list[dict], scale: str) -> dict:
     cells = aggregate(rows, value)
     sd, df = pooled_spread([cell["values"] for cell in cells.values()])
     planned = planned_comparisons(experiment, scale)
+    seeds_planned = planned_seeds(experiment, scale)
     results = []
     for claim_index, p in planned:
         entry = {"claim": claim_index, "question": p.question, "a": list(p.a), "b": list(p.b), "expect": p.expect,
@@ -115,6 +126,10 @@ def judge(experiment: str, rows: list[dict], scale: str) -> dict:
             entry["missing"] = missing or ["a spread: every cell has one seed"]
         else:
             entry.update(result.to_dict(), seeds=[cells[name]["n"] for name in (*p.a, *p.b)])
+            short = [f"{name} {cells[name]['n']}/{seeds_planned[name]}" for name in dict.fromkeys((*p.a, *p.b))
+                     if cells[name]["n"] < seeds_planned[name]]
+            if short:
+                entry["short"] = short  # interim: fewer seeds than planned
         results.append(entry)
     tested = [r for r in results if "missing" not in r]
     for entry, rejected, adjusted in zip(tested, holm([r["p_value"] for r in tested], 1 - LEVEL),
@@ -126,10 +141,12 @@ def judge(experiment: str, rows: list[dict], scale: str) -> dict:
         readings = [_reading(p, _as_result(r), r["rejected"]) for p, r in mine]
         for (_, r), reading in zip(mine, readings):
             r["reading"] = reading
+        designed = sum(1 for i, _ in planned if i == index)
+        complete = sum(1 for _, r in mine if "short" not in r)
         claims.append({"quote": claim.quote, "source": claim.source, "rule": claim.rule, "scope": claim.scope,
-                       "tested": len(readings), "planned": sum(1 for i, _ in planned if i == index),
+                       "tested": len(readings), "planned": designed, "complete": complete,
                        "supports": readings.count("supports"), "contradicts": readings.count("contradicts"),
-                       "verdict": _verdict(claim, readings, [p for p, _ in mine])})
+                       "verdict": _verdict(claim, readings, [p for p, _ in mine], complete, designed)})
     return {"value": value, "pooled_sd": sd, "pooled_df": df, "level": LEVEL, "comparisons": results,
             "claims": claims}
 
@@ -148,4 +165,5 @@ def describe(entry: dict) -> str:
     margin = f", margin {100 * entry['margin']:g}" if entry.get("margin") else ""
     return (f"{entry['question']}: {100 * entry['difference']:+.2f} points (95% CI {100 * low:+.2f} to "
             f"{100 * high:+.2f}{margin}; p {entry['p_value']:.3g}, Holm {entry['p_holm']:.3g}; seeds "
-            f"{'/'.join(str(n) for n in entry['seeds'])}): {entry.get('reading', '')}")
+            f"{'/'.join(str(n) for n in entry['seeds'])}): {entry.get('reading', '')}"
+            + (f" (interim: {', '.join(entry['short'])} seeds)" if entry.get("short") else ""))
