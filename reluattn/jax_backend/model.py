@@ -44,13 +44,29 @@ def patchify(images, patch_size: int):
     return patches.reshape(batch, grid * grid, patch_size * patch_size * channels)  # (B, N, P*P*C)
 
 
-def embed(images, params, cfg: ViTConfig, compute_dtype=None, fast=False):
-    """Images (B, S, S, C) -> tokens (B, T, D): patch embedding, class token, position embedding."""
+def embed(images, params, cfg: ViTConfig, compute_dtype=None, fast=False, token_ids=None):
+    """Images (B, S, S, C) -> tokens (B, T, D): patch embedding, class token, position embedding. With
+    token_ids (B, K), each image keeps only those patch tokens (token dropping): T = K, plus the class token."""
     tokens = dense(patchify(images, cfg.patch_size), params["patch_embed"], compute_dtype, fast)  # (B, N, D)
     if cfg.pool == "cls":
         cls = jnp.broadcast_to(params["cls_token"], (tokens.shape[0], 1, cfg.dim)).astype(tokens.dtype)  # (B, 1, D)
         tokens = jnp.concatenate([cls, tokens], axis=1)  # (B, T, D), the class token is token 0
-    return tokens + params["pos_embed"]  # (B, T, D)
+    tokens = tokens + params["pos_embed"]  # (B, T, D)
+    return tokens if token_ids is None else keep_tokens(tokens, token_ids, cfg)
+
+
+def keep_tokens(tokens, token_ids, cfg: ViTConfig):
+    """The class token (if any) and each image's patch tokens `token_ids` (B, K): (B, K [+ 1], D). They keep
+    the position embedding of where they came from, so the model still knows where each patch was."""
+    first = 1 if cfg.pool == "cls" else 0
+    kept = jnp.take_along_axis(tokens[:, first:], token_ids[:, :, None], axis=1)  # (B, K, D)
+    return jnp.concatenate([tokens[:, :first], kept], axis=1)  # (B, K [+ 1], D)
+
+
+def random_token_ids(key, batch: int, num_patches: int, keep: int):
+    """(B, K) int32: for each image, `keep` of its `num_patches` patch tokens, a fresh random subset each."""
+    scores = jax.random.uniform(key, (batch, num_patches))  # (B, N)
+    return jnp.argsort(scores, axis=1)[:, :keep].astype(jnp.int32)  # (B, K)
 
 
 # ---------------------------------------------------------------------------------------------- block
@@ -66,11 +82,13 @@ def block(x, params, cfg: ViTConfig, compute_dtype=None, fast=False, return_weig
 
 # ------------------------------------------------------------------------------------------ the model
 
-def forward(params, images, cfg: ViTConfig, compute_dtype=None, return_attention=False, *, fast=False):
-    """Logits (B, K) and, when asked, the list of per-block attention weights (B, H, T, T).
-    No input checks here: `apply` and `loss_and_grad` do them."""
+def forward(params, images, cfg: ViTConfig, compute_dtype=None, return_attention=False, *, fast=False,
+            token_ids=None):
+    """Logits (B, K) and, when asked, the list of per-block attention weights (B, H, T, T). token_ids
+    (B, K) int: keep only those patch tokens of each image (see embed). No input checks here: `apply` and
+    `loss_and_grad` do them."""
     param_dtype = jnp.result_type(*jax.tree.leaves(params))
-    x = embed(images.astype(param_dtype), params, cfg, compute_dtype, fast)  # (B, T, D)
+    x = embed(images.astype(param_dtype), params, cfg, compute_dtype, fast, token_ids)  # (B, T, D)
     # A plain Python loop: XLA compiles `depth` copies of the block. A lax.scan over stacked block
     # parameters would compile one, but then XLA stacks every saved activation into a (depth, ...) array
     # and slices it back in the backward pass, which on CPU cost more than all the matmuls together
@@ -85,14 +103,17 @@ def forward(params, images, cfg: ViTConfig, compute_dtype=None, return_attention
     return (logits, weights) if return_attention else logits
 
 
-def loss_terms(params, images, labels, cfg: ViTConfig, label_smoothing=0.0, compute_dtype=None, *, fast=False):
+def loss_terms(params, images, labels, cfg: ViTConfig, label_smoothing=0.0, compute_dtype=None, *, fast=False,
+               token_ids=None):
     """(loss, (logits, terms)): the loss, the mean softmax cross-entropy plus reg_weight * R when
-    cfg.attention.reg_weight > 0, and its terms {"cross_entropy", "attention_regulariser"} (else {})."""
+    cfg.attention.reg_weight > 0, and its terms {"cross_entropy", "attention_regulariser"} (else {}).
+    token_ids: as in forward."""
     reg_weight = cfg.attention.reg_weight
     if reg_weight == 0:  # the weights are not needed
-        logits = forward(params, images, cfg, compute_dtype, fast=fast)  # (B, K)
+        logits = forward(params, images, cfg, compute_dtype, fast=fast, token_ids=token_ids)  # (B, K)
     else:
-        logits, weights = forward(params, images, cfg, compute_dtype, return_attention=True, fast=fast)
+        logits, weights = forward(params, images, cfg, compute_dtype, return_attention=True, fast=fast,
+                                  token_ids=token_ids)
     targets = targets_from_labels(jnp.asarray(labels), cfg.num_classes, label_smoothing, logits.dtype)  # (B, K)
     loss = cross_entropy(logits, targets)
     if reg_weight == 0:

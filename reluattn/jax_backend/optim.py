@@ -35,7 +35,7 @@ from ..checks import check_label_smoothing, check_optimizer_state
 from ..config import OptimizerConfig, ViTConfig
 from ..params import decay_mask
 from .layers import canonical_compute_dtype
-from .model import check_inputs, loss_terms
+from .model import check_inputs, loss_terms, random_token_ids
 
 
 def schedule(opt_cfg: OptimizerConfig) -> optax.Schedule:
@@ -105,22 +105,30 @@ def accuracy(logits, labels):
 
 
 def make_train_step(cfg: ViTConfig, opt_cfg: OptimizerConfig, *, label_smoothing=0.0, compute_dtype=None,
-                    augment=None, fast=False):
+                    augment=None, fast=False, keep_tokens=None):
     """The pure step function `step(params, opt_state, images, labels, key=None)` (not jitted).
 
     fast=True: the speed paths of jax_backend/fast/ (what the training presets use).
     `augment`, if given, is a pure function `(key, images, labels) -> (images, labels)` run first inside
     the step (so it is compiled together with it); `key` is then a `jax.random` key the caller advances.
+    keep_tokens=K: token dropping, each image of the step keeps a random K of its patch tokens (needs `key`).
     """
     check_label_smoothing(label_smoothing)
     compute_dtype = canonical_compute_dtype(compute_dtype)
     make_optimizer(opt_cfg)  # checks opt_cfg now rather than at the first trace
 
+    if keep_tokens is not None and not 1 <= keep_tokens <= cfg.num_patches:
+        raise ValueError(f"keep_tokens must be in [1, {cfg.num_patches}] (the patches per image), got {keep_tokens}")
+
     def step(params, opt_state, images, labels, key=None):
+        token_ids = None
+        if keep_tokens is not None:
+            key, drop_key = jax.random.split(key)
+            token_ids = random_token_ids(drop_key, images.shape[0], cfg.num_patches, keep_tokens)  # (B, K)
         if augment is not None:
             images, labels = augment(key, images, labels)
         (loss, (logits, terms)), grads = jax.value_and_grad(loss_terms, has_aux=True)(
-            params, images, labels, cfg, label_smoothing, compute_dtype, fast=fast)
+            params, images, labels, cfg, label_smoothing, compute_dtype, fast=fast, token_ids=token_ids)
         params, opt_state, grad_norm, rate = adamw_update(params, grads, opt_state, opt_cfg)
         metrics = {"loss": loss, "accuracy": accuracy(logits, labels), "grad_norm": grad_norm, "learning_rate": rate,
                    **terms}  # terms: cross_entropy and attention_regulariser when reg_weight > 0

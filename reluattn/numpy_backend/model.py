@@ -27,6 +27,7 @@ from .multihead_attention import SelfAttentionCache, self_attention_backward, se
 
 class EmbedCache(NamedTuple):
     patch_embed: DenseCache
+    token_ids: np.ndarray | None  # (B, K) the patch tokens kept, or None: all of them
 
 
 class BlockCache(NamedTuple):
@@ -54,19 +55,32 @@ def patchify(images, patch_size):
     return patches.reshape(batch, grid * grid, patch_size * patch_size * channels)  # (B, N, P*P*C)
 
 
-def embed_forward(images, params, cfg):
-    """Images (B, S, S, C) -> tokens (B, T, D): patch embedding, class token, position embedding."""
+def embed_forward(images, params, cfg, token_ids=None):
+    """Images (B, S, S, C) -> tokens (B, T, D): patch embedding, class token, position embedding. With
+    token_ids (B, K), each image keeps only those patch tokens (token dropping): T = K, plus the class token."""
     patches = patchify(images, cfg.patch_size)  # (B, N, P*P*C)
     tokens, patch_cache = dense_forward(patches, params["patch_embed"])  # (B, N, D)
     if cfg.pool == "cls":
         cls = np.broadcast_to(params["cls_token"], (tokens.shape[0], 1, cfg.dim))  # (B, 1, D)
         tokens = np.concatenate([cls, tokens], axis=1)  # (B, T, D), the class token is token 0
-    return tokens + params["pos_embed"], EmbedCache(patch_cache)  # (B, T, D)
+    tokens = tokens + params["pos_embed"]  # (B, T, D)
+    if token_ids is not None:
+        first = 1 if cfg.pool == "cls" else 0
+        kept = np.take_along_axis(tokens[:, first:], token_ids[:, :, None], axis=1)  # (B, K, D)
+        tokens = np.concatenate([tokens[:, :first], kept], axis=1)  # (B, K [+ 1], D)
+    return tokens, EmbedCache(patch_cache, token_ids)
 
 
 def embed_backward(dtokens, cache, cfg):
     """Returns the grads {"pos_embed", ["cls_token"], "patch_embed"} (the images need no gradient)."""
-    (patch_cache,) = cache
+    patch_cache, token_ids = cache
+    if token_ids is not None:
+        # Differentiates the gather of the kept tokens: each goes back to its place, dropped ones get 0.
+        first = 1 if cfg.pool == "cls" else 0
+        full = np.zeros((dtokens.shape[0], cfg.num_tokens, dtokens.shape[2]), dtype=dtokens.dtype)  # (B, T, D)
+        full[:, :first] = dtokens[:, :first]
+        np.put_along_axis(full[:, first:], token_ids[:, :, None], dtokens[:, first:], axis=1)
+        dtokens = full  # (B, T, D)
     # Differentiates tokens + pos_embed: the position embedding is shared by the batch.
     grads = {"pos_embed": dtokens.sum(axis=0)}  # (T, D)
     if cfg.pool == "cls":
@@ -108,10 +122,11 @@ def block_backward(dout, cache, cfg, extra_dweights=None):
 
 # ------------------------------------------------------------------------------------------ the model
 
-def forward(params, images, cfg):
+def forward(params, images, cfg, token_ids=None):
     """Logits (B, K), the attention weights of every block [(B, H, T, T)] and the cache for `backward`.
-    No input checks here: `apply` and `loss_and_grad` do them."""
-    x, embed_cache = embed_forward(images, params, cfg)  # (B, T, D)
+    token_ids (B, K) int: keep only those patch tokens of each image (see embed_forward). No input checks
+    here: `apply` and `loss_and_grad` do them."""
+    x, embed_cache = embed_forward(images, params, cfg, token_ids)  # (B, T, D)
     block_caches, attention_weights = [], []
     for block_params in params["blocks"]:
         x, weights, block_cache = block_forward(x, block_params, cfg)  # (B, T, D)
@@ -132,11 +147,13 @@ def backward(dlogits, cache, cfg, extra_dweights=None):
     dpooled, grads["head"] = dense_backward(dlogits, head_cache)  # (B, D)
     batch, dim = dpooled.shape
     # Differentiates the pooling: all of it to token 0, or an equal share to every token.
-    dx = np.zeros((batch, cfg.num_tokens, dim), dtype=dpooled.dtype)  # (B, T, D)
+    kept = embed_cache.token_ids  # (B, K) or None
+    tokens = cfg.num_tokens if kept is None else kept.shape[1] + (cfg.pool == "cls")  # T: fewer after dropping
+    dx = np.zeros((batch, tokens, dim), dtype=dpooled.dtype)  # (B, T, D)
     if cfg.pool == "cls":
         dx[:, 0] = dpooled
     else:
-        dx[:] = dpooled[:, None, :] / cfg.num_tokens
+        dx[:] = dpooled[:, None, :] / tokens
     dx, grads["ln_f"] = layernorm_backward(dx, ln_f_cache)  # (B, T, D)
     grads["blocks"] = [None] * len(block_caches)
     for index in reversed(range(len(block_caches))):
