@@ -102,6 +102,9 @@ def _train_parser(commands) -> argparse.ArgumentParser:
     g.add_argument("--cutmix", type=float, help="cutmix Beta alpha (0: off)")
     g.add_argument("--crop-padding", type=int, help="random-crop padding in pixels (0: off)")
     g.add_argument("--flip", action=argparse.BooleanOptionalAction, default=None, help="random horizontal flips")
+    g.add_argument("--token-keep", type=float, nargs="+", metavar="FRACTION",
+                   help="token dropping: each training step keeps this fraction of every image's patch tokens; "
+                        "several: one drawn per step, so the sequence length varies (default 1: all)")
     g = p.add_argument_group("data")
     g.add_argument("--data", help=f"CIFAR archive or folder, or an image folder/.zip (default: ${DATA_ENV}, "
                    "else download CIFAR)")
@@ -236,7 +239,7 @@ def train_config_from_args(args, base):
         top["compute_dtype"] = "float32"  # the NumPy backend computes in the parameters' dtype; no bfloat16
     for name in ("batch_size", "seed", "data_seed", "dataset", "val_split", "test_split", "subset", "eval_every",
                  "checkpoint_every", "log_every", "keep_checkpoints", "label_smoothing", "compute_dtype",
-                 "backend", "fast", "image_size"):
+                 "backend", "fast", "image_size", "token_keep"):
         if getattr(args, name) is not None:
             top[name] = getattr(args, name)
     return base.replace(model=model, optimizer=optimizer, augmentation=augmentation, **top)

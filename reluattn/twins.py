@@ -87,6 +87,8 @@ TWINS = (
     _row("model.py", "forward_backward", "loss_and_logits loss_terms", "JAX: + jax.value_and_grad"),
     _row("model.py", "apply loss_and_grad attention_regulariser", "apply loss_and_grad attention_regulariser"),
     _row("model.py", "regulariser_forward regulariser_backward", "blocks_regulariser"),
+    _row("model.py", "", "random_token_ids", "token dropping's subsets, drawn inside the jitted training step; "
+         "the NumPy forward takes token_ids as given"),
     _row("model.py", "", "check_inputs", "NumPy calls reluattn.checks.check_call; JAX also skips values when traced"),
     _row("optim.py", "learning_rate init_optimizer adamw_update train_step",
          "learning_rate init_optimizer adamw_update train_step"),

@@ -52,15 +52,11 @@ def embed(images, params, cfg: ViTConfig, compute_dtype=None, fast=False, token_
         cls = jnp.broadcast_to(params["cls_token"], (tokens.shape[0], 1, cfg.dim)).astype(tokens.dtype)  # (B, 1, D)
         tokens = jnp.concatenate([cls, tokens], axis=1)  # (B, T, D), the class token is token 0
     tokens = tokens + params["pos_embed"]  # (B, T, D)
-    return tokens if token_ids is None else keep_tokens(tokens, token_ids, cfg)
-
-
-def keep_tokens(tokens, token_ids, cfg: ViTConfig):
-    """The class token (if any) and each image's patch tokens `token_ids` (B, K): (B, K [+ 1], D). They keep
-    the position embedding of where they came from, so the model still knows where each patch was."""
-    first = 1 if cfg.pool == "cls" else 0
-    kept = jnp.take_along_axis(tokens[:, first:], token_ids[:, :, None], axis=1)  # (B, K, D)
-    return jnp.concatenate([tokens[:, :first], kept], axis=1)  # (B, K [+ 1], D)
+    if token_ids is not None:  # kept tokens carry their own position embedding: where each patch was
+        first = 1 if cfg.pool == "cls" else 0
+        kept = jnp.take_along_axis(tokens[:, first:], token_ids[:, :, None], axis=1)  # (B, K, D)
+        tokens = jnp.concatenate([tokens[:, :first], kept], axis=1)  # (B, K [+ 1], D)
+    return tokens
 
 
 def random_token_ids(key, batch: int, num_patches: int, keep: int):

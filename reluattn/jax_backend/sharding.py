@@ -76,7 +76,7 @@ def shard_batch(batch, mesh: Mesh):
 
 
 def make_sharded_train_step(mesh: Mesh, cfg: ViTConfig, opt_cfg: OptimizerConfig, *, label_smoothing=0.0,
-                            compute_dtype=None, augment=None, fast=False, batch=None):
+                            compute_dtype=None, augment=None, fast=False, batch=None, keep_tokens=None):
     """`optim.make_train_step`, jitted with the batch sharded over `mesh` and params / optimizer state /
     metrics replicated; params and opt_state are donated. Call it with arrays from `replicate` and
     `shard_batch` (anything else is moved to those shardings first, at a cost). With `augment`, the step
@@ -85,9 +85,9 @@ def make_sharded_train_step(mesh: Mesh, cfg: ViTConfig, opt_cfg: OptimizerConfig
     batch=(make_batch, split): the step takes `(params, opt_state, *args)` instead and first runs
     `make_batch(*args) -> (images, labels, key)` inside the same jit (the trainer gathers its batch by
     index from data kept on the devices); split[i] says whether args[i] is sharded along its first axis
-    (else replicated)."""
+    (else replicated). keep_tokens: token dropping, as in `optim.make_train_step`."""
     step = make_train_step(cfg, opt_cfg, label_smoothing=label_smoothing, compute_dtype=compute_dtype,
-                           augment=augment, fast=fast)
+                           augment=augment, fast=fast, keep_tokens=keep_tokens)
     whole, split = replicated(mesh), batch_sharded(mesh)
     if batch is None:
         in_shardings = (whole, whole, split, split) + ((whole,) if augment is not None else ())

@@ -17,6 +17,8 @@ import math
 import os
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from .. import BACKENDS
 from ..config import JsonConfig, OptimizerConfig, ViTConfig, check_bool, check_choice, check_float, check_int
 from ..data import DATASETS
@@ -84,6 +86,8 @@ class TrainConfig(JsonConfig):
     fast: bool = False                 # JAX only: the backend's opt-in speed paths (on in every preset)
     image_size: int | None = None      # upsample the images (nearest neighbour, on the host) to this side;
                                        # a whole multiple of the stored side. None: train at the stored size
+    token_keep: tuple = (1.0,)         # token dropping: the fraction of patch tokens a training step keeps,
+                                       # one of these drawn per step (so L varies when several); (1.0,): all
 
     def __post_init__(self):
         owner = "TrainConfig"
@@ -128,6 +132,13 @@ class TrainConfig(JsonConfig):
             raise ValueError(f"{owner}.label_smoothing must be in [0, 1), got {self.label_smoothing}")
         object.__setattr__(self, "label_smoothing", float(self.label_smoothing))
         check_choice(owner, "compute_dtype", self.compute_dtype, COMPUTE_DTYPES)
+        if isinstance(self.token_keep, (int, float)) or not self.token_keep:
+            raise ValueError(f"{owner}.token_keep must be a non-empty list of fractions, got {self.token_keep!r}")
+        for fraction in self.token_keep:
+            check_float(owner, "token_keep", fraction, minimum=0.0)
+            if not 0 < fraction <= 1:
+                raise ValueError(f"{owner}.token_keep holds fractions in (0, 1], got {fraction}")
+        object.__setattr__(self, "token_keep", tuple(float(f) for f in self.token_keep))
         check_choice(owner, "backend", self.backend, BACKENDS)
         check_bool(owner, "fast", self.fast)
         if self.image_size is not None:
@@ -137,12 +148,21 @@ class TrainConfig(JsonConfig):
         if self.backend == "numpy" and self.compute_dtype != "float32":
             raise ValueError(f"{owner}.compute_dtype {self.compute_dtype!r} needs backend 'jax' (the NumPy "
                              f"backend computes in the parameters' dtype, float32)")
+        if self.backend == "numpy" and self.token_keep != (1.0,):
+            raise ValueError(f"{owner}.token_keep needs backend 'jax' (token dropping runs inside its jitted step)")
 
     # ----------------------------------------------------------------------------- dataset-dependent sizes
 
     def steps_per_epoch(self, num_train: int) -> int:
         """Full batches in one pass over `num_train` training images."""
         return num_train // self.batch_size
+
+    def tokens_kept(self, step: int) -> int | None:
+        """K, the patch tokens each image keeps at training step `step` (None: all): one of token_keep, drawn
+        from (seed, step) alone, so a resumed run draws what the uninterrupted one did."""
+        fraction = self.token_keep[np.random.default_rng((self.seed, step)).integers(len(self.token_keep))]
+        keep = max(1, round(fraction * self.model.num_patches))
+        return None if keep == self.model.num_patches else keep
 
     def total_steps(self, num_train: int) -> int:
         return self.steps if self.steps is not None else self.epochs * self.steps_per_epoch(num_train)

@@ -175,9 +175,13 @@ class JaxEngine:
 
         # The one jit site of the training step: the data-parallel step of jax_backend/sharding.py, with the
         # batch gathered by its indices (the only argument split over the devices) inside it.
-        self._step = sharding.make_sharded_train_step(
-            self.mesh, config.model, config.optimizer, label_smoothing=config.label_smoothing, augment=augment,
-            batch=(gather, (False, False, True, False)), **backend_options(config))
+        def make_step(keep_tokens):
+            return sharding.make_sharded_train_step(
+                self.mesh, config.model, config.optimizer, label_smoothing=config.label_smoothing, augment=augment,
+                batch=(gather, (False, False, True, False)), keep_tokens=keep_tokens, **backend_options(config))
+
+        # One jitted step per number of tokens kept (token dropping draws it per step; without it, one).
+        self._make_step, self._steps = make_step, {}
         self.score = jax_scorer(config, mean, std, self.mesh)
         self.params = self.opt_state = None
 
@@ -194,8 +198,11 @@ class JaxEngine:
     def step(self, step: int, indices: np.ndarray):
         from ..jax_backend.sharding import shard_batch
         indices = shard_batch(np.asarray(indices, dtype=np.int32), self.mesh)
-        self.params, self.opt_state, metrics = self._step(self.params, self.opt_state, self.images, self.labels,
-                                                          indices, np.int32(step))
+        keep = self.config.tokens_kept(step)
+        if keep not in self._steps:
+            self._steps[keep] = self._make_step(keep)
+        self.params, self.opt_state, metrics = self._steps[keep](self.params, self.opt_state, self.images,
+                                                                 self.labels, indices, np.int32(step))
         return metrics
 
     fetch = staticmethod(fetch_metrics)

@@ -166,3 +166,38 @@ def test_learned_alpha_and_gamma_are_logged_per_step_and_per_validation(data, tm
     assert all("alpha" in r["attention"] and "gamma" in r["attention"] for r in val)
     learned = "alpha" if flag == "--learn-alpha" else "gamma"
     assert train[-1][learned] != train[0][learned]  # it moves with training
+
+
+# ------------------------------------------------------------------------------------------- token dropping
+
+def test_token_keep_is_stored_validated_and_survives_json():
+    config = config_from("--token-keep", "0.25", "1")
+    assert config.token_keep == (0.25, 1.0) and get_preset("cpu-fast").token_keep == (1.0,)
+    assert TrainConfig.from_json(config.to_json()) == config
+    older = {key: value for key, value in config.to_dict().items() if key != "token_keep"}
+    assert train_config_from_dict(older).token_keep == (1.0,)  # a checkpoint from before the field
+    for bad in ((), (0.0,), (1.5,), 0.5):
+        with pytest.raises(ValueError, match="TrainConfig.token_keep"):
+            config.replace(token_keep=bad)
+    with pytest.raises(ValueError, match="needs backend 'jax'"):
+        config.replace(backend="numpy", compute_dtype="float32")
+
+
+def test_tokens_kept_is_drawn_per_step_from_the_seed_alone():
+    config = config_from("--token-keep", "0.25", "0.5", "1", "--patch-size", "4")  # 64 patches
+    draws = [config.tokens_kept(step) for step in range(300)]
+    assert set(draws) == {16, 32, None} and draws == [config.tokens_kept(step) for step in range(300)]
+    assert draws != [config.replace(seed=1).tokens_kept(step) for step in range(300)]
+    assert {config_from("--patch-size", "4").tokens_kept(step) for step in range(50)} == {None}
+
+
+def test_training_with_dropped_tokens_runs_one_step_per_length(data, tmp_path, monkeypatch):
+    from reluattn.jax_backend import sharding
+    made, original = [], sharding.make_sharded_train_step
+    monkeypatch.setattr(sharding, "make_sharded_train_step",
+                        lambda *a, **k: made.append(k["keep_tokens"]) or original(*a, **k))
+    args = tiny_args(data, tmp_path / "run", steps=8, **{"--patch-size": 2}) + ["--token-keep", "0.25", "1"]
+    assert main(args) == 0  # 8x8 images, patch 2: 16 patches, 4 kept or all
+    assert sorted(made, key=str) == [4, None]
+    saved = json.loads(next((tmp_path / "run").glob("checkpoints/*/config.json")).read_text())
+    assert saved["token_keep"] == [0.25, 1.0]
