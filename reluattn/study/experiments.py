@@ -104,6 +104,8 @@ def train_arguments(cell: Cell, seed: int) -> list[str]:
     for flag, value in cell.flags.items():
         if value is True:
             arguments.append(flag)
+        elif isinstance(value, tuple):  # a flag that takes several values (--token-keep)
+            arguments += [flag, *(f"{v:g}" for v in value)]
         elif value is not None and value is not False:
             arguments += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
     return arguments
