@@ -1,0 +1,41 @@
+#!/bin/bash
+# How the study's GPU runs of 2026-11-27 were made (docs/reproduction.md): many sweep folders at once on
+# one GPU, stopped at a deadline, the finished runs' logs packed into $OUT. Usage, from the repository root:
+#   DATA=path/to/cifar10-train.zip OUT=/tmp/gpu-study DEADLINE=425 JOBS=20 bash benchmarks/device/gpu_study.sh
+# Lesson of that day: 20 processes on a 16-core host spent most of their time compiling side by side
+# (90-180 s for a 17-token run); use JOBS <= 8 and let the first cell of each shape fill the compilation cache.
+# The sweeps on one GPU, many cells at once, each group of cells a resumable sweep folder;
+# stopped at a deadline, the finished runs' logs (no checkpoints) packed into $OUT.
+DEADLINE=${DEADLINE:-430}; JOBS=${JOBS:-20}; SCALE_A=${SCALE_A:-cpu}; SCALE_S=${SCALE_S:-gpu}; EXTRA=${EXTRA:-}
+export PYTHONPATH=$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false RELUATTN_CACHE=/tmp/rcache PYTHONUNBUFFERED=1
+D=${DATA:-.gpu/cifar10-train.zip}; OUT=${OUT:-/tmp/gpu-study}; mkdir -p $OUT; R=${R:-/tmp/study}; mkdir -p $R; T0=$(date +%s)
+nvidia-smi -L 2>/dev/null; lscpu | grep "Model name"; git log -1 --format=%H 2>/dev/null
+python3 -m reluattn train --preset cpu-small --data $D --steps 2 --warmup-steps 0 --out $R/warm-run --no-progress $EXTRA > $R/warm.log 2>&1 || { cat $R/warm.log; exit 1; }
+echo "cache warm after $(( $(date +%s)-T0 )) s"
+python3 - "$SCALE_A" "$SCALE_S" > $R/jobs.txt <<'PY'
+import sys
+from reluattn.study.experiments import cells_of
+scale_a, scale_s = sys.argv[1:3]
+for cell in cells_of("scaling", scale_s)[::-1]:          # the largest first: they take longest
+    print(f"scaling {scale_s} scaling-{cell.name} {cell.name}")
+cells = [c.name for c in cells_of("alpha-sweep", scale_a)]
+groups = 12
+for g in range(groups):
+    print(f"alpha-sweep {scale_a} alpha-sweep-g{g:02d} " + " ".join(cells[g::groups]))
+PY
+wc -l $R/jobs.txt
+run_job() { set -- $1; exp=$1 scale=$2 folder=$3; shift 3
+  python3 -m reluattn sweep $exp --scale $scale --data $D --out $R/$folder --no-progress --cells "$@" > $R/$folder.log 2>&1; }
+export -f run_job; export D R
+xargs -P $JOBS -d '\n' -I{} bash -c 'run_job "$@"' _ {} < $R/jobs.txt &
+XPID=$!
+while kill -0 $XPID 2>/dev/null && [ $(( $(date +%s)-T0 )) -lt $DEADLINE ]; do sleep 5; done
+if kill -0 $XPID 2>/dev/null; then echo "deadline: stopping the sweeps at $(( $(date +%s)-T0 )) s"
+  kill -TERM $XPID; pkill -TERM -f "reluattn sweep"; for i in 1 2 3 4 5 6; do pgrep -f "reluattn (sweep|train|evaluate)" >/dev/null || break; sleep 2; done
+  pkill -KILL -f "reluattn (sweep|train|evaluate)"; fi
+wait 2>/dev/null
+echo "done runs: $(grep -l '"status": "done"' $R/*/*/seed*/cell.json | wc -l) after $(( $(date +%s)-T0 )) s"
+grep -h '"status": "failed"' -A3 $R/*/*/seed*/cell.json | head -20
+tail -n 3 $R/alpha-sweep-g00.log $R/scaling-d192x8-relu.log
+nvidia-smi --query-gpu=name,memory.used,utilization.gpu --format=csv 2>/dev/null
+cd $R && tar czf $OUT/study.tar.gz --exclude=checkpoints --exclude='*.lock' . && ls -la $OUT
