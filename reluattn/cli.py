@@ -358,7 +358,7 @@ def _sweep_parser(commands) -> None:
         epilog="experiments:\n" + "\n".join(lines) + "\n\nscales: smoke (a few steps, tiny model: tests); pilot "
                "(the first study: ViT 64x4, 4 epochs on 20,000 images, 2 seeds; 16-70 s per 17-token run and "
                "34-58 s per 65-token run on idle 2-core AMD EPYCs); cpu (the main study: ViT 64x4, 10 epochs on "
-               "40,000 images, a held-out test split, each kind at its lr-grid learning rate, 3 seeds, 5 for "
+               "40,000 images, a held-out test split, each kind at its lr-grid learning rate, 3 seeds, 20 for "
                "relu / L vs softmax); gpu (one GPU)\n\nexample: reluattn sweep alpha-sweep --scale cpu "
                "--data cifar10-train.zip --out sweeps/alpha-sweep")
     p.add_argument("experiment", choices=sorted(EXPERIMENTS), metavar="EXPERIMENT",
@@ -366,7 +366,7 @@ def _sweep_parser(commands) -> None:
     p.add_argument("--scale", choices=SCALES, help="the grid's budget (default: cpu; with --report, the scale "
                    "the folder's sweep.json records)")
     p.add_argument("--seeds", type=int, help="runs per cell, seeds 0..N-1 (default: the scale's, 3 at cpu; "
-                   "relu / L-vs-softmax cells get at least 5 there)")
+                   "relu / L-vs-softmax cells get at least 20 there)")
     p.add_argument("--out", help="the sweep folder (default: sweeps/<experiment>-<scale>)")
     p.add_argument("--data", help="the dataset, as for `reluattn train` (default: $RELUATTN_DATA)")
     p.add_argument("--cells", nargs="+", metavar="GLOB", help="run only the cells matching these shell-style patterns "

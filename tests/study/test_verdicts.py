@@ -138,12 +138,12 @@ def test_the_lr_grid_chooses_each_kinds_best_validation_lr_and_never_reads_test(
 
 def test_a_claim_waits_for_every_planned_seed_and_cell():
     """An interim sweep (cells at fewer seeds than planned, or not run) shows its numbers but no verdict."""
-    full = _alpha_rows(0.45, 0.38, value="test_accuracy", seeds=5)
+    full = _alpha_rows(0.45, 0.38, value="test_accuracy", seeds=20)
     assert judge("alpha-sweep", full, "cpu")["claims"][0]["verdict"].startswith("partly agrees (1 of 12")
     interim = [r for r in full if r["seed"] < 2]  # the cpu scale plans 3 seeds, 5 for the headline cells
     result = judge("alpha-sweep", interim, "cpu")
     entry = _entry(result, "17 tokens, relu: alpha 1 minus alpha 0")
-    assert entry["short"] == ["t17-relu-a0 2/3", "t17-relu-a1 2/5"] and "interim" in describe(entry)
+    assert entry["short"] == ["t17-relu-a0 2/3", "t17-relu-a1 2/20"] and "interim" in describe(entry)
     assert result["claims"][0]["verdict"] == "no verdict yet (0 of 12 comparisons have all their planned runs)"
     half = [r for r in full if r["cell"].startswith("t17")]
     assert judge("alpha-sweep", half, "cpu")["claims"][0]["verdict"].startswith("no verdict yet (6 of 12")
