@@ -51,13 +51,15 @@ ONLY ?=
 notebooks: $(STAMP)
 	$(PY) tutorials/execute_tutorials.py $(ONLY)
 
-# Slides (nbconvert's reveal.js exporter, a slide per section): lecture decks from the exercise versions (no
-# answers; the committed figures of the cells that hold no exercise) into docs/_build/slides, and instructor
-# decks from the tutorials (solutions and outputs) into docs/_build/slides/instructor.
+# Slides (nbconvert's reveal.js exporter): the lecture decks, one per session, written in course/slides/ (the
+# argument and the tutorials' figures, no answers) into docs/_build/slides; walk-through decks of the exercise
+# versions (a slide per section, the committed figures of the cells that hold no exercise) into
+# docs/_build/slides/notebooks; instructor decks of the tutorials (solutions and outputs) into .../instructor.
 slides: $(STAMP)
 	$(PY) docs/_ext/make_slides.py --out docs/_build/slides
+	$(PY) docs/_ext/make_slides.py --out docs/_build/slides --notebooks
 	$(PY) docs/_ext/make_slides.py --out docs/_build/slides --instructor
-	@echo "open docs/_build/slides/01_why_1_over_L.slides.html (lecture) or docs/_build/slides/instructor/ (with answers)"
+	@echo "open docs/_build/slides/01_why_1_over_L.slides.html (lecture; press s for the notes), docs/_build/slides/notebooks/ (the exercise versions) or docs/_build/slides/instructor/ (with answers)"
 
 # The class workflow (docs/course.md): dist/course/ with the student bundle (exercise notebooks, the reluattn
 # wheel, a CIFAR-10 subset of DATA, an image-folder zip such as the JPEG copy) and the otter-grader autograder

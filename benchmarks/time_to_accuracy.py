@@ -24,6 +24,7 @@ import sys
 import time
 from pathlib import Path
 
+from reluattn import palette
 from reluattn.machine import machine_description
 
 
@@ -93,12 +94,12 @@ def _figure(results, path: Path, preset: str, marks) -> None:
     from matplotlib.figure import Figure
     figure = Figure(figsize=(6.5, 4.2), layout="constrained")
     axes = figure.subplots()
-    for result, style in zip(results, ("-o", "--s", ":^")):
+    for index, result in enumerate(results):
         minutes = [t / 60 for t, _ in result["curve"]]
-        axes.plot(minutes, [100 * a for _, a in result["curve"]], style, ms=3,
+        axes.plot(minutes, [100 * a for _, a in result["curve"]], ms=3, **palette.series(index),
                   label=f"{result['kind']} (test {100 * result['summary'].get('test_accuracy', float('nan')):.1f} %)")
     for mark in marks:
-        axes.axvline(mark, color="grey", lw=0.6)
+        axes.axvline(mark, color=palette.REFERENCE, lw=0.6)
     axes.set(xlabel="wall-clock minutes (whole command)", ylabel="validation accuracy (%)",
              title=f"{preset}: accuracy against time, {machine_description()}")
     axes.grid(alpha=0.3)

@@ -101,7 +101,7 @@ def copy_tutorials() -> None:
     for name, source in wanted.items():
         copy = target / name
         # The student pages show the figures too: the exercise version with the tutorial's committed outputs
-        # of the cells that hold and use no exercise (make_slides.lecture_notebook, as the lecture slides).
+        # of the cells that hold and use no exercise (make_slides.lecture_notebook, as the walk-through slides).
         content = lecture_version(ROOT / "tutorials" / name) if STUDENT else source.read_bytes()
         if not copy.exists() or copy.read_bytes() != content:
             copy.write_bytes(content)

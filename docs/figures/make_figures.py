@@ -20,6 +20,7 @@ import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 import reluattn as ra  # noqa: E402
+from reluattn import palette  # noqa: E402
 from reluattn.numpy_backend import attention_weights  # noqa: E402
 
 OUTPUT = Path(__file__).resolve().parent / "row_sums_and_variance.png"
@@ -48,17 +49,20 @@ def main() -> Path:
 
     figure = Figure(figsize=(10, 3.8))
     left, right = figure.subplots(1, 2)
-    colours = {"softmax": "C3", "relu (no length factor)": "C1", "relu / L": "C0", "ReLUFormer, relu / sqrt(L/2)": "C2"}
+    # One palette style per variant (reluattn.palette): its colour and marker on the measured points, its colour
+    # and line style on the formula's line, so that no two variants differ by colour alone.
+    styles = {name: palette.series(index) for index, name in enumerate(
+        ("relu / L", "softmax", "relu (no length factor)", "ReLUFormer, relu / sqrt(L/2)"))}
     predicted_sums = {"softmax": np.ones(len(lengths)), "relu (no length factor)": E_RELU * lengths,
                       "relu / L": np.full(len(lengths), E_RELU)}
     for name in kinds:
-        left.plot(lengths, row_sums[name], "o", color=colours[name], label=name)
-        left.plot(lengths, predicted_sums[name], "-", color=colours[name], lw=1)
+        left.plot(lengths, row_sums[name], label=name, **{**styles[name], "linestyle": "none"})
+        left.plot(lengths, predicted_sums[name], lw=1, **{**styles[name], "marker": "none"})
     predicted_variance = {"relu / L": 1 / (2 * variance_lengths), "softmax": math.e / variance_lengths,
                           "ReLUFormer, relu / sqrt(L/2)": np.ones(len(variance_lengths))}
     for name in variants:
-        right.plot(variance_lengths, variances[name], "o", color=colours[name], label=name)
-        right.plot(variance_lengths, predicted_variance[name], "-", color=colours[name], lw=1)
+        right.plot(variance_lengths, variances[name], label=name, **{**styles[name], "linestyle": "none"})
+        right.plot(variance_lengths, predicted_variance[name], lw=1, **{**styles[name], "marker": "none"})
     left.set(title="row sum of the attention weights", ylabel="row sum")
     right.set(title="variance of the attention output", ylabel="Var(output)")
     for axes, measured in ((left, lengths), (right, variance_lengths)):

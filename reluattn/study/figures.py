@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from matplotlib.figure import Figure  # no pyplot: a Figure draws to a file with no backend switched
 
+from .. import palette
 from ..training.files import write_atomically_with
 from .statistics import aggregate
 
@@ -20,9 +21,10 @@ def _series(cells: dict, x_key: str, series_key: str, **where) -> dict:
 
 
 def _plot_series(ax, series: dict, label_format="{}") -> None:
-    for name, points in sorted(series.items(), key=lambda item: str(item[0])):
+    """One line per series, each with its palette colour, marker and line style (not colour alone)."""
+    for index, (name, points) in enumerate(sorted(series.items(), key=lambda item: str(item[0]))):
         xs, means, stds = zip(*points)
-        ax.errorbar(xs, means, yerr=stds, marker="o", capsize=3, label=label_format.format(name))
+        ax.errorbar(xs, means, yerr=stds, capsize=3, label=label_format.format(name), **palette.series(index))
 
 
 def _reference(ax, cells: dict, **where) -> None:
@@ -30,8 +32,9 @@ def _reference(ax, cells: dict, **where) -> None:
     for cell in cells.values():
         labels = cell["labels"]
         if labels.get("kind") == "softmax" and all(labels.get(k) == v for k, v in where.items()):
-            ax.axhline(cell["mean"], color="black", linestyle="--", label=f"softmax (n={cell['n']})")
-            ax.axhspan(cell["mean"] - cell["std"], cell["mean"] + cell["std"], color="black", alpha=0.1)
+            ax.axhline(cell["mean"], color=palette.OKABE_ITO["black"], linestyle="--", label=f"softmax (n={cell['n']})")
+            ax.axhspan(cell["mean"] - cell["std"], cell["mean"] + cell["std"], color=palette.OKABE_ITO["black"],
+                       alpha=0.1)
             return
 
 
@@ -95,7 +98,7 @@ def bars_figure(rows, path, title, value="best_val_accuracy"):
     names = sorted(n for n, c in cells.items() if c["labels"].get("kind") != "softmax")
     fig, ax = _figure(figsize=(max(6, 0.5 * len(names) + 2), 4.5))
     ax.bar(range(len(names)), [cells[n]["mean"] for n in names], yerr=[cells[n]["std"] for n in names],
-           capsize=3, color="tab:blue")
+           capsize=3, color=palette.colour(0))
     ax.set_xticks(range(len(names)), names, rotation=60, ha="right", fontsize=8)
     _reference(ax, cells)
     ax.set_ylabel(value.replace("_", " ").replace("val ", "validation "))
@@ -132,7 +135,7 @@ def learned_figure(rows, path, title, value="best_val_accuracy"):
     fig, axes = _figure(1, 2, figsize=(12, 4.5))
     _plot_series(axes[0], _series(aggregate(rows, "learned_alpha_mean"), "alpha_start", "tokens"),
                  "{} tokens")
-    axes[0].plot([0, 2], [0, 2], color="grey", linestyle=":", label="no change")
+    axes[0].plot([0, 2], [0, 2], color=palette.REFERENCE, linestyle=":", label="no change")
     axes[0].set_xlabel("alpha at initialisation")
     axes[0].set_ylabel("learned alpha, mean over layers and heads")
     _plot_series(axes[1], _series(aggregate(rows, value), "alpha_start", "tokens"), "{} tokens")

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ..attention_maps import attention_rollout
+from .. import palette
 from ..config import KINDS_WITHOUT_LENGTH_FACTOR
 from .files import write_atomically_with
 from .run_dir import METRICS, read_metrics, resolve_checkpoint
@@ -67,9 +68,10 @@ X_AXES = {"step": ("step", "step"), "epoch": ("epoch", "epoch"), "time": ("time"
 
 
 def plot_runs(run_dirs, output="curves.png", x="step") -> Path:
-    """Train loss and validation accuracy against `x` (step, epoch or time: wall time in s), one colour per
-    run, labelled by its folder path relative to the runs' common parent, in one PNG; when the runs logged
-    attention statistics, a second row shows them (each the mean over blocks)."""
+    """Train loss and validation accuracy against `x` (step, epoch or time: wall time in s), one palette style
+    (colour, line style, marker: reluattn.palette) per run, labelled by its folder path relative to the runs'
+    common parent, in one PNG; when the runs logged attention statistics, a second row shows them (each the
+    mean over blocks)."""
     if x not in X_AXES:
         raise ValueError(f"--x must be one of {', '.join(X_AXES)}; got {x!r}")
     field, xlabel = X_AXES[x]
@@ -98,19 +100,21 @@ def plot_runs(run_dirs, output="curves.png", x="step") -> Path:
     else:
         loss_axes, accuracy_axes = figure.subplots(1, 2)
         attention_axes = []
-    colours = [f"C{i % 10}" for i in range(len(runs))]
-    for (label, records), colour in zip(runs, colours):
+    # Each run its palette colour, line style and marker (the loss curve, dense, without markers).
+    styles = [palette.series(i) for i in range(len(runs))]
+    for (label, records), style in zip(runs, styles):
         train = [r for r in records if r.get("split") == "train" and _finite(r.get("loss"))]
         held_out = [r for r in records if r.get("split") in ("val", "test") and _finite(r.get("accuracy"))]
-        loss_axes.plot([r[field] for r in train], [r["loss"] for r in train], color=colour, label=label, lw=1.2)
-        accuracy_axes.plot([r[field] for r in held_out], [r["accuracy"] for r in held_out], color=colour,
-                           label=label, marker="o", ms=3, lw=1.2)
+        loss_axes.plot([r[field] for r in train], [r["loss"] for r in train], label=label, lw=1.2,
+                       **{**style, "marker": "none"})
+        accuracy_axes.plot([r[field] for r in held_out], [r["accuracy"] for r in held_out], label=label, ms=3,
+                           lw=1.2, **style)
     for axes, (name, title) in zip(attention_axes, ATTENTION_PANELS):
-        for (label, records), colour in zip(runs, colours):
+        for (label, records), style in zip(runs, styles):
             measured = [(r[field], _block_mean(r["attention"].get(name))) for r in records if "attention" in r]
             measured = [(step, value) for step, value in measured if value is not None]
-            axes.plot([step for step, _ in measured], [value for _, value in measured], color=colour, label=label,
-                      marker="o", ms=3, lw=1.2)
+            axes.plot([step for step, _ in measured], [value for _, value in measured], label=label, ms=3, lw=1.2,
+                      **style)
         axes.set(title=title, xlabel=xlabel)
     loss_axes.set(title="training loss", xlabel=xlabel, ylabel="cross-entropy (with label smoothing)")
     accuracy_axes.set(title="validation accuracy", xlabel=xlabel, ylabel="accuracy")
@@ -160,11 +164,11 @@ def plot_attention(image: np.ndarray, attention: list, pool: str, output, title:
     from matplotlib.figure import Figure
     figure = Figure(figsize=(2.4 * columns, 2.5 * rows + 0.6))
     axes = np.atleast_1d(figure.subplots(rows, columns)).ravel()
-    axes[0].imshow(shown, cmap="gray" if shown.ndim == 2 else None, interpolation="nearest")
+    axes[0].imshow(shown, cmap=palette.GREYSCALE if shown.ndim == 2 else None, interpolation="nearest")
     axes[0].set_title("image", fontsize=9)
     for ax, (name, heat) in zip(axes[1:], panels):
-        ax.imshow(shown, cmap="gray" if shown.ndim == 2 else None, interpolation="nearest")
-        ax.imshow(heat, cmap="inferno", alpha=0.65, interpolation="nearest",
+        ax.imshow(shown, cmap=palette.GREYSCALE if shown.ndim == 2 else None, interpolation="nearest")
+        ax.imshow(heat, cmap=palette.HEAT, alpha=0.65, interpolation="nearest",
                   extent=(-0.5, side - 0.5, side - 0.5, -0.5))  # the patch grid stretched over the pixels
         ax.set_title(name, fontsize=9)
     for ax in axes:

@@ -5,7 +5,8 @@ no hidden result (the tutorials' and the Derivations page's marked formulas), an
 refused answers, outside the reluattn wheel itself (the package is the reference implementation: the
 course's policy, docs/course.md). Three made-up submissions of notebook 06 grade as expected through the
 autograder: a correct one, one with a typical slip, one that calls the grader's own answer. The student
-site (built with `-t student`) and the lecture slides hold no solution either.
+site (built with `-t student`) and the slides (the lecture decks, one per session, and the walk-through decks
+of the exercise versions) hold no solution either.
 
 Building the course needs otter-grader (the `course` extra), the site needs Sphinx (the `docs` extra):
 without them those tests are reported as skipped, with the reason.
@@ -17,6 +18,7 @@ import csv
 import importlib.util
 import io
 import json
+import re
 import subprocess
 import sys
 import zipfile
@@ -154,19 +156,65 @@ def test_the_derivations_page_hides_every_marked_result_for_students():
     assert 'app.connect("source-read", hidden_results)' in conf and "html_copy_source = not STUDENT" in conf
 
 
+def session_notebooks() -> list[str]:
+    """The notebooks of docs/course.md's session plan, in session order."""
+    text = (ROOT / "docs" / "course.md").read_text(encoding="utf-8")
+    return [notebook for _, notebook in re.findall(r"^\| (\d) \|[^|]+\| `(\d\d_\w+\.ipynb)` \|", text, flags=re.M)]
+
+
+def test_every_session_has_a_lecture_deck_whose_source_holds_no_answer():
+    notebooks = session_notebooks()
+    assert len(notebooks) == 6
+    sources = sorted((ROOT / "course" / "slides").glob("[0-9][0-9]_*.md"))
+    assert [f"{source.stem}.ipynb" for source in sources] == notebooks
+    for source in sources:
+        text = source.read_text(encoding="utf-8")
+        assert not leaks(text), f"{source.name} holds {leaks(text)}"
+        assert make_exercises.BEGIN not in text and "BEGIN ANSWER" not in text
+        assert text.count("](figure:") >= 2, f"{source.name} shows fewer than two of its tutorial's figures"
+
+
 def test_lecture_slides_hold_no_answer_and_instructor_decks_do(tmp_path):
+    """`make slides`: the lecture decks (course/slides/, one per session: the argument and the figures), the
+    walk-through decks (the exercise versions cut at each heading) and the instructor decks (with answers)."""
     pytest.importorskip("nbconvert", reason="nbconvert (jupyterlab's, the dev extra) is not installed")
-    subprocess.run([sys.executable, str(ROOT / "docs" / "_ext" / "make_slides.py"), "--out", str(tmp_path)],
-                   check=True, capture_output=True)
-    subprocess.run([sys.executable, str(ROOT / "docs" / "_ext" / "make_slides.py"), "--out", str(tmp_path),
-                    "--instructor", "06"], check=True, capture_output=True)
-    decks = sorted(tmp_path.glob("*.slides.html"))
-    assert len(decks) == 6
-    for deck in decks:
+    script = str(ROOT / "docs" / "_ext" / "make_slides.py")
+    for flags in ([], ["--notebooks"], ["--instructor", "06"]):
+        subprocess.run([sys.executable, script, "--out", str(tmp_path), *flags], check=True, capture_output=True)
+    lectures = sorted(tmp_path.glob("*.slides.html"))
+    assert [deck.name.replace(".slides.html", ".ipynb") for deck in lectures] == session_notebooks()
+    walkthroughs = sorted((tmp_path / "notebooks").glob("*.slides.html"))
+    assert len(walkthroughs) == 6
+    for deck in lectures + walkthroughs:
         text = site_check.page_text(deck)
         assert not leaks(text), f"{deck.name} holds {leaks(text)}"
         assert "data:image/png;base64" in deck.read_text(encoding="utf-8")  # the figures are there
+    for deck in lectures:
+        page = deck.read_text(encoding="utf-8")
+        images = re.findall(r"<img ([^>]*)>", page)
+        alts = [re.search(r'alt="([^"]*)"', image).group(1) for image in images]
+        assert len(images) >= 2 and all(len(alt.split()) >= 8 for alt in alts), f"{deck.name}: {alts}"
+        assert page.count('<aside class="notes">') >= 3  # the lecturer's notes (minutes, what to assign)
+        assert 'class="jp-Cell jp-CodeCell' not in page  # the argument and the figures: no notebook code
     assert leaks(site_check.page_text(tmp_path / "instructor" / "06_parallelism.slides.html"))
+
+
+def test_a_lecture_deck_takes_its_figures_from_the_tutorial(tmp_path):
+    make_slides = load("make_slides", ROOT / "docs" / "_ext" / "make_slides.py")
+    source = tmp_path / "06_parallelism.md"
+    source.write_text("# Title\n\ntext\n\nNote:\nfor the lecturer\n---\n## Two\n\n![](figure:06-04)\n---\n\n")
+    deck = make_slides.lecture_deck(source)
+    assert [cell.metadata.slideshow.slide_type for cell in deck.cells] == ["slide", "notes", "slide"]
+    assert deck.cells[1].source == "for the lecturer" and "Note:" not in deck.cells[0].source
+    alt = nbformat.read(ROOT / "tutorials" / "06_parallelism.ipynb", as_version=4)
+    alt = next(cell.metadata.mystnb.image.alt for cell in alt.cells if cell.get("id") == "06-04")
+    assert f'alt="{alt}"' in deck.cells[2].source and "src=\"data:image/png;base64," in deck.cells[2].source
+    source.write_text("# Title\n\n![](figure:no-such-cell)\n")
+    with pytest.raises(ValueError, match="no figure drawn by a cell 'no-such-cell'"):
+        make_slides.lecture_deck(source)
+    (tmp_path / "99_no_tutorial.md").write_text("# Title\n")
+    with pytest.raises(ValueError, match="no tutorial"):
+        make_slides.lecture_deck(tmp_path / "99_no_tutorial.md")
 
 
 def test_the_student_site_holds_no_solution(tmp_path):
