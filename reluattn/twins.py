@@ -100,7 +100,9 @@ TWINS = (
          "DEFAULT_BLOCK_SIZE: 128 keys in NumPy, 1024 in JAX (see above)"),
     _row("long_sequences.py", "causal_attention_weights_forward causal_attention_weights_backward",
          "causal_attention_weights"),
-    _row("long_sequences.py", "blocked_attention_forward", "blocked_attention"),
+    _row("long_sequences.py", "blocked_attention_forward", "blocked_attention",
+         "JAX's also hides keys by window, key_lengths, mask and bias (the drop-in's implementation='blocked'); "
+         "NumPy's, for reading, by causal only: its reference for hidden keys is dot_product_attention"),
     _row("sharding.py", "", "DATA_AXIS data_mesh replicated batch_sharded replicate shard_batch "
          "make_sharded_train_step sharded_train_step", "data parallelism: NumPy has one CPU, no devices"),
 )

@@ -48,15 +48,19 @@ def causal_attention_weights(scores, attn_cfg, causal_length="per_query"):
 # --------------------------------------------------------------------------------------------- blocked
 
 def blocked_attention(q, k, v, attn_cfg, *, block_size=None, query_block_size=None, causal=False,
-                      causal_length="per_query", compute_dtype=None, heads_per_step=None):
+                      causal_length="per_query", window=None, key_lengths=None, mask=None, bias=None,
+                      compute_dtype=None, heads_per_step=None):
     """q (B, T, H, Dh), k and v (B, L, H, Dh) -> (B, T, H, Dh), the same values as dense attention, with
     O((T + L) Dh) memory in the forward and the backward. Traceable (call it under jit).
 
     block_size: keys per tile (default attn_cfg.block_size, else DEFAULT_BLOCK_SIZE); query_block_size,
     heads_per_step: the tiling (fast/blocked_attention.make_plan); causal: query i sees keys j <= i,
-    n_i = i + 1 (causal_length="per_query") or L ("global"); compute_dtype: e.g. jnp.bfloat16 matmul inputs."""
+    n_i = i + 1 (causal_length="per_query") or L ("global"); window (left, right), key_lengths (B,), mask
+    and bias (broadcastable to (B, H, T, L)): the other ways of hiding keys, as in jax.nn (a hidden key
+    neither weighs nor counts in n_i); compute_dtype: e.g. jnp.bfloat16 matmul inputs."""
     if block_size is None:
         block_size = attn_cfg.block_size or DEFAULT_BLOCK_SIZE
     return tiled_blocked_attention(q, k, v, attn_cfg, block_size=block_size, query_block_size=query_block_size,
-                                   causal=causal, causal_length=causal_length, compute_dtype=compute_dtype,
+                                   causal=causal, causal_length=causal_length, window=window,
+                                   key_lengths=key_lengths, mask=mask, bias=bias, compute_dtype=compute_dtype,
                                    heads_per_step=heads_per_step)

@@ -208,28 +208,29 @@ def _check_drop_in(query, key, value, mask, kind, alpha, weight_scale, implement
     return _LengthFactor(kind, alpha, weight_scale)
 
 
-def _pick_implementation(implementation, factor, query, key, value, plain, is_causal):
+def _pick_implementation(implementation, factor, query, key, value, plain, blockable, is_causal):
     """implementation=None: the Pallas kernel on a GPU when it supports the call, else on a CPU the blocked
-    kernel from BLOCKED_FROM_KEYS keys, else dense. plain: no bias, mask, lengths, window, dropout or sown
-    weights, and alpha and weight_scale numbers (the kernels take them as compile-time constants)."""
+    kernel from BLOCKED_FROM_KEYS keys (plain calls only: the measured case), else dense. plain: no bias,
+    mask, lengths, window, dropout or sown weights; blockable: no dropout or sown weights (the blocked kernel
+    takes every way of hiding keys); both need alpha and weight_scale numbers (compile-time constants)."""
     num_queries, num_keys, head_dim = query.shape[-3], key.shape[-3], query.shape[-1]
-    plain = plain and _is_number(factor.alpha) and _is_number(factor.scale)
-    can_block = (plain and query.ndim == 4 and key.shape == value.shape
+    numbers = _is_number(factor.alpha) and _is_number(factor.scale)
+    can_block = (blockable and numbers and query.ndim == 4 and key.shape == value.shape
                  and not (is_causal and num_queries != num_keys))
-    can_pallas = (can_block and not is_causal and query.shape == key.shape and num_keys % 64 == 0
+    can_pallas = (can_block and plain and not is_causal and query.shape == key.shape and num_keys % 64 == 0
                   and head_dim >= 16 and not head_dim & (head_dim - 1) and jax.default_backend() == "gpu")
     if can_pallas:  # fast/ is only imported when it can run
         from .fast.pallas_attention import KINDS as PALLAS_KINDS
         can_pallas = factor.kind in PALLAS_KINDS
     if implementation is None:
         long_on_cpu = num_keys >= BLOCKED_FROM_KEYS and jax.default_backend() == "cpu"  # the kernel is tuned for CPUs
-        return "pallas" if can_pallas else "blocked" if can_block and long_on_cpu else "dense"
+        return "pallas" if can_pallas else "blocked" if can_block and plain and long_on_cpu else "dense"
     implementation = "dense" if implementation == "xla" else implementation
     if (implementation == "blocked" and not can_block) or (implementation == "pallas" and not can_pallas):
         raise ValueError(f"implementation={implementation!r} does not support this call: both kernels take 4-d "
-                         "inputs with no bias, mask, sequence lengths, window, dropout or sown weights, alpha and weight_scale "
-                         "numbers (not arrays), and Hv == H; "
-                         "'blocked' with is_causal needs T == S; 'pallas' needs a GPU, no causal mask, T == S a "
+                         "inputs with no dropout or sown weights, alpha and weight_scale numbers (not arrays), and "
+                         "Hv == H; 'blocked' with is_causal needs T == S; 'pallas' needs a GPU, no bias, mask, "
+                         "sequence lengths, window or causal mask, T == S a "
                          "multiple of 64, Dh a power of two >= 16 and a kind in fast/pallas_attention.KINDS. "
                          "Use implementation='dense' or None")
     return implementation
@@ -244,16 +245,19 @@ def _drop_in(query, key, value, bias, mask, kind, alpha, weight_scale, scale, is
     repeats = query.shape[-2] // key.shape[-2]  # grouped-query attention: query head n reads kv head n // repeats
     key, value = (jnp.repeat(x, repeats, axis=-2) for x in (key, value))  # (..., L, H, Dh)
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale  # a number, or an array (traced too)
-    plain = (bias is None and mask is None and query_seq_lengths is None and key_value_seq_lengths is None
-             and local_window_size is None and dropout is None and module is None)
-    implementation = _pick_implementation(implementation, factor, query, key, value, plain, is_causal)
+    blockable = dropout is None and module is None
+    plain = (blockable and bias is None and mask is None and query_seq_lengths is None
+             and key_value_seq_lengths is None and local_window_size is None)
+    implementation = _pick_implementation(implementation, factor, query, key, value, plain, blockable, is_causal)
     if implementation != "dense":  # the kernels scale by 1 / sqrt(H): fold the rest into the queries
         query = query * (scale * math.sqrt(query.shape[-1]))
         attn_cfg = AttentionConfig(kind=factor.kind, alpha=factor.alpha, scale=factor.scale)
         if implementation == "pallas":
             from .fast.pallas_attention import pallas_attention
             return pallas_attention(query, key, value, attn_cfg)
-        return blocked_attention(query, key, value, attn_cfg, causal=is_causal)
+        out = blocked_attention(query, key, value, attn_cfg, causal=is_causal, window=local_window_size,
+                                key_lengths=key_value_seq_lengths, mask=mask, bias=bias)
+        return _zero_padded_queries(out, query_seq_lengths)
     score_dtype = jnp.promote_types(query.dtype, jnp.float32)
     scores = jnp.einsum("...qhd,...khd->...hqk", query, key, precision=precision,
                         preferred_element_type=score_dtype) * jnp.asarray(scale, score_dtype)  # (..., H, T, L)
@@ -270,9 +274,14 @@ def _drop_in(query, key, value, bias, mask, kind, alpha, weight_scale, scale, is
         shape = (1,) * (key.ndim - 2) + weights.shape[-2:] if broadcast else weights.shape  # as in Flax
         weights = weights * (jax.random.bernoulli(rng, 1.0 - rate, shape) / (1.0 - rate)).astype(weights.dtype)
     out = jnp.einsum("...hqk,...khd->...qhd", weights, value, precision=precision)  # (..., T, H, Dh)
-    if query_seq_lengths is not None:  # padded queries read nothing, as in jax.nn
-        out = out * (jnp.arange(out.shape[-3])[:, None, None] < jnp.asarray(query_seq_lengths)[:, None, None, None])
-    return out
+    return _zero_padded_queries(out, query_seq_lengths)
+
+
+def _zero_padded_queries(out, query_seq_lengths):
+    """out (..., T, H, Dh) with the queries past query_seq_lengths set to 0 (they read nothing, as in jax.nn)."""
+    if query_seq_lengths is None:
+        return out
+    return out * (jnp.arange(out.shape[-3])[:, None, None] < jnp.asarray(query_seq_lengths)[:, None, None, None])
 
 
 def dot_product_attention(query, key, value, bias=None, mask=None, *, kind="relu", alpha=1.0, weight_scale=1.0,
@@ -297,10 +306,10 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, kind="relu
     that paper's abstract), also `attention(..., causal=True)`.
 
     implementation: "dense" (jnp, holds the (B, H, T, L) weights; "xla" is an alias), "blocked"
-    (fast/blocked_attention.py: never holds them; no bias or masks other than is_causal) or "pallas"
+    (fast/blocked_attention.py: never holds them; every way of hiding keys, the same values) or "pallas"
     (fast/pallas_attention.py, a GPU kernel: point-wise kinds, no masks); both need alpha and weight_scale
-    numbers. None: Pallas on a GPU when it
-    supports the call, else on a CPU blocked from BLOCKED_FROM_KEYS keys, else dense. return_residual is refused.
+    numbers. None: Pallas on a GPU when it supports the call, else on a CPU blocked from BLOCKED_FROM_KEYS
+    keys for calls with no bias, mask, lengths or window, else dense. return_residual is refused.
     """
     return _drop_in(query, key, value, bias, mask, kind, alpha, weight_scale, scale, is_causal, query_seq_lengths,
                     key_value_seq_lengths, local_window_size, implementation, return_residual)

@@ -123,12 +123,19 @@ def largest_array_and_temp_bytes(function, length, batch=1, heads=2, head_dim=16
     return max(sizes), compiled.memory_analysis().temp_size_in_bytes
 
 
-@pytest.mark.parametrize("kind, causal", [("relu", False), ("softmax", True)])
-def test_blocked_forward_and_backward_hold_no_length_by_length_array(kind, causal):
+PADDING_MASK = np.arange(2048)[None, None, None, :] < 1500  # (1, 1, 1, L): 1500 real keys
+
+
+@pytest.mark.parametrize("kind, hiding", [
+    ("relu", {}), ("softmax", {"causal": True}),
+    ("relu", {"window": (256, 0), "key_lengths": np.array([1500])}),  # hidden by position: nothing stored
+    ("softmax", {"mask": PADDING_MASK}),  # a padding mask is stored per head as (1, L), never L x L
+])
+def test_blocked_forward_and_backward_hold_no_length_by_length_array(kind, hiding):
     length, block = 2048, 128
     attn_cfg = AttentionConfig(kind=kind)
     largest, temp_bytes = largest_array_and_temp_bytes(
-        lambda q, k, v: blocked_attention(q, k, v, attn_cfg, block_size=block, query_block_size=block, causal=causal),
+        lambda q, k, v: blocked_attention(q, k, v, attn_cfg, block_size=block, query_block_size=block, **hiding),
         length)
     assert largest <= max(2 * length * 16, 2 * block * block)  # q, k, v themselves or one (B, H, bq, bk) tile
     assert temp_bytes < length * length * 4 / 4  # O(L Dh) buffers, a quarter of one float32 L x L matrix

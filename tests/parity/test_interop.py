@@ -172,7 +172,7 @@ def test_clear_errors():
     with pytest.raises(ValueError, match="implementation must be"):
         dot_product_attention(q, k, v, implementation="cudnn")
     with pytest.raises(ValueError, match="does not support this call"):
-        dot_product_attention(q, k, v, mask=jnp.ones((1, 1, 4, 4), bool), implementation="blocked")
+        dot_product_attention(q, k, v, alpha=jnp.asarray(1.0), implementation="blocked")  # an array alpha
     if jax.default_backend() != "gpu":
         with pytest.raises(ValueError, match="'pallas' needs a GPU"):
             dot_product_attention(q, k, v, implementation="pallas")

@@ -6,6 +6,7 @@ nothing in the process.
         layers.py     LayerNorm and GELU with hand-written derivative rules (custom_jvp)
     AttentionConfig(impl="blocked") or attention(..., impl="blocked")
         blocked_attention.py   the tiled forward and backward (a custom_vjp) behind long_sequences.blocked_attention
+                               (its loops: blocked_loops.py; one tile and the keys it hides: blocked_tiles.py)
     called explicitly
         cpu_setup.py  configure(): glibc malloc settings for XLA:CPU (the trainer and CLI call it)
         pallas_attention.py    a fused GPU kernel for the point-wise kinds (Pallas / Triton)

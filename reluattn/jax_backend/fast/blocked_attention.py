@@ -1,10 +1,11 @@
 """The tiled blocked attention behind long_sequences.blocked_attention (impl="blocked"): forward and
-backward one (query block x key block) tile at a time.
+backward one (query block x key block) tile at a time. What a tile computes and which keys it may read:
+blocked_tiles.py.
 
 Shapes: B batch, H heads, T queries, L keys (= T in self-attention), Dh head width; N = B * H heads in
-all, G of them per step; a tile holds bq queries and bk keys. Nothing here holds a T x L array: the
-forward keeps a (G, bq, Dh) running sum per query block, and the backward (a `jax.custom_vjp`) recomputes
-each tile's scores instead of saving them.
+all, G of them per step; a tile holds bq queries and bk keys. Nothing here holds a T x L array (unless the
+caller hands in a T x L bias or mask): the forward keeps a (G, bq, Dh) running sum per query block, and the
+backward (a `jax.custom_vjp`) recomputes each tile's scores instead of saving them.
 
     point-wise kinds:  out_i = c_i * sum_j h(s_ij) v_j,  c_i = scale * n_i^-alpha   (sigmoid_bias: c_i = scale,
                        h_i(s) = sigmoid(s - log n_i)).  No normaliser, so each tile just adds its read.
@@ -14,10 +15,15 @@ each tile's scores instead of saving them.
                        out and lse_i = m_i + log z_i.  Backward: p_ij = exp(s_ij - lse_i),
                        ds_ij = p_ij (dout_i . v_j - dout_i . out_i).
 
+Hidden keys (blocked_tiles.py: causal, window, key lengths, bias, mask) weigh 0 and do not count: n_i is the
+number of keys query i sees, counted once before the tiles. A query that sees no key reads 0 (point-wise)
+or, for softmax, the mean of all L values, as jax.nn gives. Tiles whose keys are all hidden by position
+(causal, window, key lengths) are skipped. With a bias, ds_ij is also its gradient (summed over the axes
+the bias broadcasts along).
+
 The length factor c_i multiplies the (T, Dh) output (and dout), not the T x L weights. Keys and queries
 are zero-padded to whole blocks: a zero key row with a zero value row adds nothing to a point-wise read,
-and padded queries are cut off at the end, so only softmax (whose normaliser would count padded keys)
-and causal attention need masks. Causal attention visits only the tiles on or below the diagonal.
+and padded queries are cut off at the end.
 
 Why a hand-written backward and this tiling: docs/performance.md, "Blocked attention" > "Where the time
 goes, and what made it fast" (autodiff of the loops would save every tile's weights, the O(T L) memory
@@ -34,235 +40,19 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ...checks import CAUSAL_LENGTHS
-from ..attention_weights import length_factor, pointwise  # h(s) and scale * n^-alpha, shared with the dense path
+from ...checks import CAUSAL_LENGTHS, check_attention_mask
+from .blocked_loops import backward, forward
+from .blocked_tiles import Hidden, Plan, count_visible_keys, count_visible_keys_by_tiles, hides_keys
 
 DEFAULT_QUERY_BLOCK_SIZE = 1024  # queries per tile when the call gives none ...
 HALF_PRECISION_QUERY_BLOCK_SIZE = 512  # ... and with bfloat16 matmuls past one tile (docs/performance.md)
 TILE_ELEMENTS = 512 * 512  # heads per step G: as many as keep G * bq * bk at about this many scores
-
-
-class Plan(NamedTuple):
-    """Everything static about one blocked attention call (hashable: it is part of the jit cache key)."""
-    kind: str
-    alpha: float
-    scale: float
-    num_queries: int          # T before padding
-    num_keys: int             # L before padding
-    query_block: int          # bq
-    key_block: int            # bk
-    heads_per_step: int       # G
-    causal: bool
-    causal_length: str        # "per_query" or "global"
-    compute_dtype: str | None  # matmul input dtype ("bfloat16"), None: the inputs' dtype
-
-
-# ------------------------------------------------------------------------------------------ tile pieces
-
-def _to_compute(plan, x):
-    """x in the plan's compute dtype (a no-op without one)."""
-    return x if plan.compute_dtype is None else x.astype(plan.compute_dtype)
-
-
-def _all_to_compute(plan, *arrays):
-    """Cast whole (G, L, Dh) arrays once, before the loops, behind an optimization barrier. The barrier
-    keeps XLA from moving the cast into the loops (it would convert every tile again at each visit) and
-    from folding the backward's k^T back into a matmul as a transposed operand: XLA:CPU runs those on its
-    slow generic path, which has no bfloat16 x bfloat16 -> float32 kernel at all."""
-    return lax.optimization_barrier(tuple(_to_compute(plan, x) for x in arrays))
-
-
-def _matmul(equation, a, b, plan, accumulate):
-    """einsum in the plan's compute dtype, summed in `accumulate` (float32 or wider)."""
-    return jnp.einsum(equation, _to_compute(plan, a), _to_compute(plan, b), preferred_element_type=accumulate)
-
-
-def _visible_key_counts(plan, query_start, size, dtype):
-    """n_i, the L of each query of a block: (size,)."""
-    if plan.causal and plan.causal_length == "per_query":
-        return (query_start + 1 + lax.iota(jnp.int32, size)).astype(dtype)  # (bq,)
-    return jnp.full((size,), plan.num_keys, dtype)  # (bq,)
-
-
-def _length_factor(plan, counts):
-    """c_i, what multiplies query i's summed read: scale * n_i^-alpha (sigmoid_bias: scale; softmax: 1)."""
-    if plan.kind == "softmax":
-        return jnp.ones_like(counts)
-    return length_factor(plan, counts)  # (bq,)
-
-
-def _visible(plan, query_start, key_start, keys_first=False):
-    """(bq, bk) mask of the keys each query may read ((bk, bq) when keys_first), or None when every key
-    of the tile is visible."""
-    padded_keys = plan.kind == "softmax" and plan.num_keys % plan.key_block != 0
-    if not (plan.causal or padded_keys):
-        return None
-    shape = (plan.key_block, plan.query_block) if keys_first else (plan.query_block, plan.key_block)
-    key_index = key_start + lax.broadcasted_iota(jnp.int32, shape, 0 if keys_first else 1)
-    if plan.causal:  # padded keys come after every real query, so this hides them too
-        return key_index <= query_start + lax.broadcasted_iota(jnp.int32, shape, 1 if keys_first else 0)
-    return key_index < plan.num_keys
-
-
-def _pointwise_weights(plan, scores, query_start, key_start, keys_first=False):
-    """h(s) of a (G, bq, bk) tile ((G, bk, bq) when keys_first), hidden keys set to 0 (the length factor
-    comes later)."""
-    counts = None
-    if plan.kind == "sigmoid_bias":  # its h reads n_i: sigmoid(s - log n_i)
-        counts = _visible_key_counts(plan, query_start, plan.query_block, scores.dtype)  # (bq,)
-        counts = counts if keys_first else counts[:, None]
-    weights = pointwise(plan.kind, scores, counts)
-    visible = _visible(plan, query_start, key_start, keys_first)
-    return weights if visible is None else jnp.where(visible, weights, 0.0)
-
-
-def _masked_scores(plan, scores, query_start, key_start, keys_first=False):
-    """Softmax's tile scores with hidden keys at -inf (exp gives them weight 0)."""
-    visible = _visible(plan, query_start, key_start, keys_first)
-    return scores if visible is None else jnp.where(visible, scores, -jnp.inf)
-
-
-def _key_blocks_seen(plan, query_block_index):
-    """How many key blocks query block i reads: all, or (causal) those starting at or before its last query."""
-    num_key_blocks = -(-plan.num_keys // plan.key_block)
-    if not plan.causal:
-        return num_key_blocks
-    last_query = (query_block_index + 1) * plan.query_block - 1
-    return jnp.minimum(last_query // plan.key_block + 1, num_key_blocks)
-
-
-def _first_query_block(plan, key_block_index):
-    """The first query block that reads key block j (causal: the one holding query j * bk)."""
-    return (key_block_index * plan.key_block) // plan.query_block if plan.causal else 0
-
-
-def _rows(x, index, size, axis=1):
-    """Block `index` of `size` rows (or columns, axis=2) of a (G, rows, Dh) array."""
-    return lax.dynamic_slice_in_dim(x, index * size, size, axis=axis)
-
-
-# --------------------------------------------------------------------------------------------- forward
-
-def _forward(plan, q, k, v):
-    """One step's heads, padded: q (G, Tp, Dh) (already divided by sqrt(Dh)), k, v (G, Lp, Dh) ->
-    out (G, Tp, Dh) in the accumulation dtype, and per-query log-sum-exp (G, Tp) (softmax; zeros else).
-    Outer loop over query blocks, inner loop over the key blocks they read."""
-    heads, padded_queries, head_dim = q.shape
-    accumulate = jnp.promote_types(q.dtype, jnp.float32)
-    bq, bk = plan.query_block, plan.key_block
-    q, k, v = _all_to_compute(plan, q, k, v)
-
-    def query_block(i):
-        q_tile = _rows(q, i, bq)  # (G, bq, Dh)
-        query_start = i * bq
-
-        def pointwise_step(j, total):
-            scores = _matmul("gqd,gkd->gqk", q_tile, _rows(k, j, bk), plan, accumulate)  # (G, bq, bk)
-            weights = _pointwise_weights(plan, scores, query_start, j * bk)  # (G, bq, bk)
-            return total + _matmul("gqk,gkd->gqd", weights, _rows(v, j, bk), plan, accumulate)  # (G, bq, Dh)
-
-        def softmax_step(j, carry):
-            running_max, normaliser, total = carry  # (G, bq), (G, bq), (G, bq, Dh)
-            scores = _matmul("gqd,gkd->gqk", q_tile, _rows(k, j, bk), plan, accumulate)  # (G, bq, bk)
-            scores = _masked_scores(plan, scores, query_start, j * bk)
-            # Every query sees key 0 (block 0 comes first), so the maximum is finite from then on.
-            new_max = jnp.maximum(running_max, scores.max(axis=-1))  # (G, bq)
-            rescale = jnp.exp(running_max - new_max)  # (G, bq); e^-inf = 0 on the first block
-            unnormalised = jnp.exp(scores - new_max[..., None])  # (G, bq, bk)
-            normaliser = normaliser * rescale + unnormalised.sum(axis=-1)  # (G, bq)
-            read = _matmul("gqk,gkd->gqd", unnormalised, _rows(v, j, bk), plan, accumulate)  # (G, bq, Dh)
-            return new_max, normaliser, total * rescale[..., None] + read
-
-        total = jnp.zeros((heads, bq, head_dim), accumulate)  # (G, bq, Dh)
-        if plan.kind != "softmax":
-            total = lax.fori_loop(0, _key_blocks_seen(plan, i), pointwise_step, total)
-            counts = _visible_key_counts(plan, query_start, bq, accumulate)  # (bq,)
-            return total * _length_factor(plan, counts)[:, None], None
-        stats = jnp.full((heads, bq), -jnp.inf, accumulate)  # (G, bq)
-        running_max, normaliser, total = lax.fori_loop(
-            0, _key_blocks_seen(plan, i), softmax_step, (stats, jnp.zeros_like(stats), total))
-        return total / normaliser[..., None], running_max + jnp.log(normaliser)
-
-    def write_query_block(i, outputs):
-        # Written in place into (G, Tp, ...) buffers: no stacking and transposing of per-block results.
-        out, log_sum_exp = outputs
-        out_tile, log_sum_exp_tile = query_block(i)
-        out = lax.dynamic_update_slice_in_dim(out, out_tile, i * bq, axis=1)
-        if log_sum_exp_tile is not None:
-            log_sum_exp = lax.dynamic_update_slice_in_dim(log_sum_exp, log_sum_exp_tile, i * bq, axis=1)
-        return out, log_sum_exp
-
-    outputs = (jnp.zeros(q.shape, accumulate), jnp.zeros(q.shape[:2], accumulate))  # (G, Tp, Dh), (G, Tp)
-    return lax.fori_loop(0, padded_queries // bq, write_query_block, outputs)
-
-
-# -------------------------------------------------------------------------------------------- backward
-
-def _backward(plan, q, k, v, out, log_sum_exp, dout):
-    """Gradients of one step's padded core with respect to q (scaled), k, v; tile scores are recomputed.
-
-    Outer loop over key blocks j (dk_j and dv_j summed in (G, bk, Dh) carries), inner loop over the query
-    blocks that read block j; dq is carried across the outer loop. Tiles are computed keys-first,
-    s^T = k q^T (G, bk, bq), so that every matmul reads its left operand row by row: dv_j += h(s^T) g,
-    dk_j += ds^T q, and dq^T += k_j^T ds^T with k^T made once up front.
-    """
-    heads, padded_queries, head_dim = q.shape
-    accumulate = jnp.promote_types(q.dtype, jnp.float32)
-    bq, bk = plan.query_block, plan.key_block
-    if plan.kind == "softmax":
-        # dout_i . out_i, the softmax Jacobian's row term (the same for every key block).
-        row_term = jnp.sum(dout.astype(accumulate) * out, axis=-1)  # (G, Tp)
-    else:
-        # Fold c_i into dout once: d(c_i * read_i) = c_i * dout_i.
-        counts = _visible_key_counts(plan, 0, padded_queries, accumulate)  # (Tp,)
-        dout = dout.astype(accumulate) * _length_factor(plan, counts)[:, None]  # (G, Tp, Dh)
-    q, k, v, dout, k_transposed = _all_to_compute(plan, q, k, v, dout, jnp.swapaxes(k, 1, 2))  # k^T: (G, Dh, Lp)
-
-    def key_block(j, grads):
-        dq_transposed, dk, dv = grads  # (G, Dh, Tp), (G, Lp, Dh), (G, Lp, Dh)
-        k_tile, v_tile = _rows(k, j, bk), _rows(v, j, bk)  # (G, bk, Dh)
-        kt_tile = _rows(k_transposed, j, bk, axis=2)  # (G, Dh, bk)
-        key_start = j * bk
-
-        def step(i, carry):
-            dk_tile, dv_tile, dq_transposed = carry
-            q_tile, dout_tile = _rows(q, i, bq), _rows(dout, i, bq)  # (G, bq, Dh)
-            scores = _matmul("gkd,gqd->gkq", k_tile, q_tile, plan, accumulate)  # (G, bk, bq)
-            dweights = _matmul("gkd,gqd->gkq", v_tile, dout_tile, plan, accumulate)  # (G, bk, bq)
-            if plan.kind == "softmax":
-                scores = _masked_scores(plan, scores, i * bq, key_start, keys_first=True)
-                weights = jnp.exp(scores - _rows(log_sum_exp, i, bq)[:, None, :])  # (G, bk, bq)
-                dscores = weights * (dweights - _rows(row_term, i, bq)[:, None, :])  # (G, bk, bq)
-            else:
-                weights, derivative = jax.jvp(
-                    lambda s: _pointwise_weights(plan, s, i * bq, key_start, keys_first=True),
-                    (scores,), (jnp.ones_like(scores),))  # h(s), h'(s): (G, bk, bq)
-                dscores = dweights * derivative  # (G, bk, bq)
-            dv_tile = dv_tile + _matmul("gkq,gqd->gkd", weights, dout_tile, plan, accumulate)  # (G, bk, Dh)
-            dk_tile = dk_tile + _matmul("gkq,gqd->gkd", dscores, q_tile, plan, accumulate)  # (G, bk, Dh)
-            dq_tile = (_rows(dq_transposed, i, bq, axis=2)
-                       + _matmul("gdk,gkq->gdq", kt_tile, dscores, plan, accumulate))  # (G, Dh, bq)
-            return dk_tile, dv_tile, lax.dynamic_update_slice_in_dim(dq_transposed, dq_tile, i * bq, axis=2)
-
-        zeros = jnp.zeros((heads, bk, head_dim), accumulate)  # (G, bk, Dh)
-        dk_tile, dv_tile, dq_transposed = lax.fori_loop(
-            _first_query_block(plan, j), padded_queries // bq, step, (zeros, zeros, dq_transposed))
-        return (dq_transposed, lax.dynamic_update_slice_in_dim(dk, dk_tile, key_start, axis=1),
-                lax.dynamic_update_slice_in_dim(dv, dv_tile, key_start, axis=1))
-
-    grads = (jnp.zeros((heads, head_dim, padded_queries), accumulate),  # dq^T (G, Dh, Tp)
-             jnp.zeros(k.shape, accumulate), jnp.zeros(v.shape, accumulate))  # dk, dv (G, Lp, Dh)
-    dq_transposed, dk, dv = lax.fori_loop(0, k.shape[1] // bk, key_block, grads)
-    # The barrier keeps XLA from merging this transpose into the dq matmuls (transposed operands again).
-    dq_transposed = lax.optimization_barrier(dq_transposed)
-    return jnp.swapaxes(dq_transposed, 1, 2), dk, dv
 
 
 # ------------------------------------------------------------------------------------ the custom VJP
@@ -272,31 +62,36 @@ def _map_steps(plan, function, arrays):
     when G = 1: a size-1 axis there would cost XLA:CPU an extra copy of every input and output."""
     if plan.heads_per_step > 1:
         return lax.map(lambda step: function(*step), arrays)
-    squeeze = functools.partial(jax.tree.map, lambda x: x[0])
-    return lax.map(lambda step: squeeze(function(*[x[None] for x in step])), arrays)
+    add_axis, drop_axis = (functools.partial(jax.tree.map, f) for f in (lambda x: x[None], lambda x: x[0]))
+    return lax.map(lambda step: drop_axis(function(*add_axis(step))), arrays)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _core(plan, q, k, v):
-    """q (S, G, Tp, Dh), k and v (S, G, Lp, Dh), S steps of G heads (G = 1: no G axis) -> out like q."""
-    return _core_forward(plan, q, k, v)[0]
+def _core(plan, q, k, v, hidden):
+    """q (S, G, Tp, Dh), k and v (S, G, Lp, Dh), S steps of G heads (G = 1: no G axis), hidden a Hidden of
+    step arrays -> out like q."""
+    return _core_forward(plan, q, k, v, hidden)[0]
 
 
-def _core_forward(plan, q, k, v):
-    out, log_sum_exp = _map_steps(plan, functools.partial(_forward, plan), (q, k, v))
-    # Saved for the backward: O(T Dh) arrays only, never the T x L weights.
+def _core_forward(plan, q, k, v, hidden):
+    out, log_sum_exp = _map_steps(plan, functools.partial(forward, plan), (q, k, v, hidden))
+    # Saved for the backward: O(T Dh) arrays only (and the caller's bias), never the T x L weights.
     if plan.kind == "softmax":
-        return out, (q, k, v, out, log_sum_exp)
-    return out, (q, k, v, None, None)
+        return out, (q, k, v, hidden, out, log_sum_exp)
+    return out, (q, k, v, hidden, None, None)
 
 
 def _core_backward(plan, residuals, dout):
-    q, k, v, out, log_sum_exp = residuals
+    q, k, v, hidden, out, log_sum_exp = residuals
     if plan.kind == "softmax":
-        grads = _map_steps(plan, functools.partial(_backward, plan), (q, k, v, out, log_sum_exp, dout))
-    else:
-        grads = _map_steps(plan, lambda q, k, v, dout: _backward(plan, q, k, v, None, None, dout), (q, k, v, dout))
-    return tuple(grad.astype(x.dtype) for grad, x in zip(grads, (q, k, v)))
+        steps = (q, k, v, hidden, out, log_sum_exp, dout)
+        dq, dk, dv, dbias = _map_steps(plan, functools.partial(backward, plan), steps)
+    else:  # no out and log-sum-exp to read
+        def pointwise_backward(q, k, v, hidden, dout):
+            return backward(plan, q, k, v, hidden, None, None, dout)
+        dq, dk, dv, dbias = _map_steps(plan, pointwise_backward, (q, k, v, hidden, dout))
+    dbias = None if dbias is None else dbias.astype(hidden.bias.dtype)
+    return (dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), Hidden(None, None, dbias))
 
 
 _core.defvjp(_core_forward, _core_backward)
@@ -309,14 +104,21 @@ def _largest_divisor_at_most(n, limit):
 
 
 def make_plan(attn_cfg, num_queries, num_keys, num_heads=1, *, block_size, query_block_size=None,
-              heads_per_step=None, causal=False, causal_length="per_query", compute_dtype=None,
+              heads_per_step=None, causal=False, causal_length="per_query", window=None, compute_dtype=None,
               input_dtype=jnp.float32) -> Plan:
-    """The static description of a call: block sizes clipped to the sequence lengths, and the heads per
-    step (G, a divisor of num_heads = B * H) that keep G * bq * bk near TILE_ELEMENTS."""
+    """The static description of a call: block sizes clipped to the sequence lengths, the window as
+    (left, right) (an int w means (w, w)), and the heads per step (G, a divisor of num_heads = B * H) that
+    keep G * bq * bk near TILE_ELEMENTS."""
     if causal_length not in CAUSAL_LENGTHS:
         raise ValueError(f"causal_length must be one of {', '.join(CAUSAL_LENGTHS)}; got {causal_length!r}")
     if causal and num_queries != num_keys:
         raise ValueError(f"causal attention needs as many queries as keys, got {num_queries} and {num_keys}")
+    if window is not None:
+        window = (window, window) if np.ndim(window) == 0 else tuple(window)
+        if len(window) != 2 or not all(isinstance(w, (int, np.integer)) and not isinstance(w, bool) for w in window):
+            raise ValueError(f"window (local_window_size) must be an int or a pair of ints, got {window!r}")
+        limit = num_queries + num_keys  # a wider window hides nothing more; clipped, i - left never overflows
+        window = tuple(int(min(max(w, -limit), limit)) for w in window)
     if query_block_size is None:
         # bfloat16 matmuls are ~3x faster, so the float32 score tiles weigh more: smaller ones do better.
         half = jnp.dtype(compute_dtype or input_dtype).itemsize < 4 and num_queries > DEFAULT_QUERY_BLOCK_SIZE
@@ -331,8 +133,14 @@ def make_plan(attn_cfg, num_queries, num_keys, num_heads=1, *, block_size, query
     elif num_heads % heads_per_step:
         raise ValueError(f"heads_per_step ({heads_per_step}) must divide batch * heads ({num_heads})")
     compute_dtype = None if compute_dtype is None else jnp.dtype(compute_dtype).name
-    return Plan(attn_cfg.kind, attn_cfg.alpha, attn_cfg.scale, num_queries, num_keys, query_block, key_block,
-                int(heads_per_step), bool(causal), causal_length, compute_dtype)
+    return Plan(kind=attn_cfg.kind, alpha=attn_cfg.alpha, scale=attn_cfg.scale, num_queries=num_queries,
+                num_keys=num_keys, query_block=query_block, key_block=key_block, heads_per_step=int(heads_per_step),
+                causal=bool(causal), causal_length=causal_length, window=window, compute_dtype=compute_dtype)
+
+
+def _steps(x, heads_per_step):
+    """(N, ...) -> (N / G, G, ...), or (N, ...) itself when G = 1."""
+    return x if heads_per_step == 1 else x.reshape(x.shape[0] // heads_per_step, heads_per_step, *x.shape[1:])
 
 
 def _padded_steps(x, rows, heads_per_step):
@@ -341,29 +149,74 @@ def _padded_steps(x, rows, heads_per_step):
     batch, length, heads, head_dim = x.shape
     x = jnp.swapaxes(x, 1, 2).reshape(batch * heads, length, head_dim)  # (N, L, Dh)
     x = jnp.pad(x, ((0, 0), (0, rows - length), (0, 0))) if rows > length else x  # (N, rows, Dh)
-    return x if heads_per_step == 1 else x.reshape(batch * heads // heads_per_step, heads_per_step, rows, head_dim)
+    return _steps(x, heads_per_step)
+
+
+def _bias_per_head(bias, mask, batch, heads, padded_queries, padded_keys, num_queries, num_keys, dtype):
+    """The bias and mask (each None or broadcastable to (B, H, T, L)) as one bias (N, Tp or 1, Lp or 1): a
+    mask is a bias of 0 where it is True and -inf where it is False. Size-1 axes stay size 1 (a padding
+    mask (B, 1, 1, L) costs N * L); the batch and head axes are broadcast to every head."""
+    if mask is not None:
+        check_attention_mask(mask)
+        bias = jnp.where(mask, 0.0 if bias is None else bias, -jnp.inf)  # (.., T or 1, L or 1)
+    bias = jnp.asarray(bias).astype(dtype)
+    if bias.ndim > 4:
+        raise ValueError(f"bias and mask must broadcast to (B, H, T, L) (at most 4-d), got shape {bias.shape}")
+    bias = bias.reshape((1,) * (4 - bias.ndim) + bias.shape)  # (B or 1, H or 1, T or 1, L or 1)
+    num_rows, num_columns = (num_queries if bias.shape[2] > 1 else 1), (num_keys if bias.shape[3] > 1 else 1)
+    bias = jnp.broadcast_to(bias, (batch, heads, num_rows, num_columns))  # (B, H, T or 1, L or 1)
+    bias = bias.reshape(batch * heads, num_rows, num_columns)  # (N, T or 1, L or 1)
+    padding = ((0, 0), (0, padded_queries - num_rows if num_rows > 1 else 0),
+               (0, padded_keys - num_columns if num_columns > 1 else 0))
+    return jnp.pad(bias, padding)  # (N, Tp or 1, Lp or 1); padded queries are cut off, padded keys hidden
 
 
 def blocked_attention(q, k, v, attn_cfg, *, block_size, query_block_size=None, causal=False,
-                      causal_length="per_query", compute_dtype=None, heads_per_step=None):
+                      causal_length="per_query", window=None, key_lengths=None, mask=None, bias=None,
+                      compute_dtype=None, heads_per_step=None):
     """q (B, T, H, Dh), k and v (B, L, H, Dh) -> (B, T, H, Dh), the same values as dense attention,
     with O((T + L) Dh + G bq bk) memory in the forward and the backward. Traceable (call it under jit).
 
     block_size: keys per tile (long_sequences.blocked_attention picks the default);
     query_block_size: queries per tile (default 1024; 512 with bfloat16 matmuls on more than 1024 queries);
-    causal: query i sees keys j <= i, n_i = i + 1 (causal_length="per_query") or L ("global");
+    causal: query i sees keys j <= i, n_i = i + 1 (causal_length="per_query") or L ("global", which takes no
+    other way of hiding keys); window: (left, right) or w, query i sees keys i - left .. i + right;
+    key_lengths (B,): keys j >= key_lengths[b] are hidden; mask (bool) and bias, broadcastable to
+    (B, H, T, L): a False entry or a bias <= config.HIDING_BIAS hides its key (bias is added to the scores and
+    has a gradient); n_i counts the keys query i sees;
     compute_dtype: e.g. jnp.bfloat16 for bfloat16 matmul inputs with float32 accumulation;
     heads_per_step: G, how many of the B * H heads each tile holds (default: see make_plan)."""
     batch, num_queries, heads, head_dim = q.shape
     plan = make_plan(attn_cfg, num_queries, k.shape[1], batch * heads, block_size=block_size,
                      query_block_size=query_block_size, heads_per_step=heads_per_step, causal=causal,
-                     causal_length=causal_length, compute_dtype=compute_dtype, input_dtype=q.dtype)
+                     causal_length=causal_length, window=window, compute_dtype=compute_dtype, input_dtype=q.dtype)
+    if causal_length == "global" and any(x is not None for x in (window, key_lengths, mask, bias)):
+        raise ValueError("causal_length='global' (n_i = L under the causal mask) takes no other way of hiding keys")
     out_dtype = jnp.result_type(q, k, v)
+    accumulate = jnp.promote_types(out_dtype, jnp.float32)
     scaled_q = q * (1.0 / math.sqrt(head_dim))  # scale the (T, Dh) queries, not the T x L scores
     padded_queries = -(-plan.num_queries // plan.query_block) * plan.query_block
     padded_keys = -(-plan.num_keys // plan.key_block) * plan.key_block
-    out = _core(plan, _padded_steps(scaled_q, padded_queries, plan.heads_per_step),
-                _padded_steps(k, padded_keys, plan.heads_per_step),
-                _padded_steps(v, padded_keys, plan.heads_per_step))  # (N / G, G, Tp, Dh) or (N, Tp, Dh)
+    q, k, v = (_padded_steps(x, rows, plan.heads_per_step)
+               for x, rows in ((scaled_q, padded_queries), (k, padded_keys), (v, padded_keys)))  # (S, G, rows, Dh)
+    if key_lengths is not None:
+        key_lengths = _steps(jnp.repeat(jnp.asarray(key_lengths, jnp.int32), heads), plan.heads_per_step)  # (S, G)
+    if mask is not None or bias is not None:
+        bias = _steps(_bias_per_head(bias, mask, batch, heads, padded_queries, padded_keys, plan.num_queries,
+                                     plan.num_keys, accumulate), plan.heads_per_step)  # (S, G, Tp or 1, Lp or 1)
+    hidden = Hidden(None, key_lengths, bias)
+    counts = None
+    if hides_keys(plan, hidden) and bias is None:  # n_i from the index ranges
+        counts = jnp.broadcast_to(count_visible_keys(plan, key_lengths, padded_queries), q.shape[:-1])  # (S, G, Tp)
+    elif bias is not None:  # n_i summed tile by tile
+        counts = _map_steps(plan, lambda key_lengths, bias: count_visible_keys_by_tiles(
+            plan, Hidden(None, key_lengths, bias), padded_queries), (key_lengths, bias))  # (S, G, Tp)
+    if counts is not None:  # at least 1: a query that sees no key reads 0 anyway
+        hidden = hidden._replace(counts=jnp.maximum(counts, 1).astype(accumulate))  # (S, G, Tp)
+    out = _core(plan, q, k, v, hidden)  # (S, G, Tp, Dh) or (N, Tp, Dh)
+    if plan.kind == "softmax" and counts is not None:
+        # jax.nn's answer for a query that sees no key: the mean of all L values (the padding rows are 0).
+        mean = v.sum(axis=-2, keepdims=True) / plan.num_keys  # (S, G, 1, Dh)
+        out = jnp.where((counts == 0)[..., None], mean.astype(out.dtype), out)  # (S, G, Tp, Dh)
     out = out.reshape(batch, heads, padded_queries, head_dim)[:, :, :num_queries]  # (B, H, T, Dh)
     return jnp.swapaxes(out, 1, 2).astype(out_dtype)  # (B, T, H, Dh)
