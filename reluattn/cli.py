@@ -16,10 +16,10 @@ import traceback
 import warnings
 
 from . import BACKENDS
-from .config import ATTENTION_IMPLS, ATTENTION_KINDS, GATE_ACTIVATIONS, MLP_ACTIVATIONS, POOLS
-from .data import DATA_ENV, DATASETS
-from .training.config import COMPUTE_DTYPES
+from .data import DATA_ENV
 from .training.fewshot import FEWSHOT_KEYS
+from .training.flags import FLAGS, add_flags, train_config_from_args
+from .training.flags import GROUPS as FLAG_GROUPS
 from .training.presets import PRESET_SUMMARIES, PRESETS
 
 PROG = "reluattn"
@@ -45,85 +45,19 @@ def _train_parser(commands) -> argparse.ArgumentParser:
                     "checkpoint intervals) may differ.",
         epilog=f"presets:\n{presets}\n\nexample: reluattn train --preset cpu-small --attention softmax "
                f"--data cifar10-train.zip --out runs/softmax")
-    # Every override defaults to None, meaning "keep the preset's (or, with --resume, the saved run's) value".
-    g = p.add_argument_group("run")
-    g.add_argument("--preset", choices=sorted(PRESETS), help="starting recipe (default: cpu-small)")
-    g.add_argument("--out", help="run directory for checkpoints and metrics.jsonl (default: runs/<preset>-<kind>)")
-    g.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint "
-                   "(on the data it recorded, unless --data is given)")
-    g.add_argument("--allow-different-data", action="store_true",
-                   help="with --resume: continue even though the images differ from the ones the run recorded")
-    g.add_argument("--backend", choices=BACKENDS, help="jax (default) or numpy (the reference model; small runs)")
-    g.add_argument("--seed", type=int, help="initialisation, data order and augmentation seed")
-    g.add_argument("--epochs", type=int, help="run length in passes over the training split")
-    g.add_argument("--steps", type=int, help="run length in optimizer steps (instead of --epochs)")
-    g.add_argument("--batch-size", type=int, help="images per step (over all devices)")
-    g.add_argument("--compute-dtype", choices=COMPUTE_DTYPES, help="matmul precision (JAX backend); auto: the faster "
-                   "of the two on this machine, from a short probe when the run starts")
-    g.add_argument("--fast", action=argparse.BooleanOptionalAction, default=None,
-                   help="the JAX backend's opt-in speed paths (on in every preset; --no-fast: the plain model)")
-    g.add_argument("--checkpoint-every", type=int, help="steps between checkpoints (default: each epoch)")
-    g.add_argument("--eval-every", type=int, help="steps between validations (default: each epoch)")
-    g.add_argument("--log-every", type=int, help="steps between metric fetches/log lines")
-    g.add_argument("--keep-checkpoints", type=int, help="how many newest checkpoints to keep")
-    g.add_argument("--no-progress", action="store_true", help="no progress bar (log lines only)")
-    g = p.add_argument_group("model")
-    g.add_argument("--attention", choices=ATTENTION_KINDS, help="attention weight function h")
-    g.add_argument("--alpha", type=float, help="weights are divided by L**alpha (L = number of keys)")
-    g.add_argument("--attention-scale", type=float, help="constant factor on point-wise attention weights")
-    g.add_argument("--qk-norm", action=argparse.BooleanOptionalAction, default=None, help="LayerNorm q and k per head")
-    g.add_argument("--gated", action=argparse.BooleanOptionalAction, default=None, help="gate the attention output")
-    g.add_argument("--gate-activation", choices=GATE_ACTIVATIONS,
-                   help="the gate's activation with --gated: silu (gated attention unit, Hua et al. 2022) or "
-                        "identity (Wortsman et al.'s 'extra projection')")
-    g.add_argument("--attention-reg-weight", type=float, metavar="LAMBDA",
-                   help="loss += LAMBDA * R, ReLUFormer's row-sum + entropy regulariser (secondary reading); 0: off")
-    g.add_argument("--entropy-margin", type=float, metavar="C", help="c of R's entropy term max(0, H - c log L)")
-    g.add_argument("--learn-alpha", action=argparse.BooleanOptionalAction, default=None,
-                   help="learn the length exponent alpha per layer and head (starts at --alpha)")
-    g.add_argument("--learn-scale", action=argparse.BooleanOptionalAction, default=None,
-                   help="learn a log-scale per layer and head (weights * exp(beta), beta = 0 at start)")
-    _attention_impl_flags(g)
-    g.add_argument("--mlp-activation", choices=MLP_ACTIVATIONS)
-    g.add_argument("--dim", type=int, help="token width D")
-    g.add_argument("--depth", type=int, help="number of blocks")
-    g.add_argument("--heads", type=int, help="attention heads H (dim must be a multiple)")
-    g.add_argument("--mlp-dim", type=int, help="MLP hidden width M")
-    g.add_argument("--patch-size", type=int, help="patch side P in pixels")
-    g.add_argument("--pool", choices=POOLS, help="cls: class token; gap: mean over tokens")
-    g = p.add_argument_group("optimizer and regularisation")
-    g.add_argument("--lr", type=float, help="peak learning rate")
-    g.add_argument("--weight-decay", type=float, help="decoupled weight decay on dense weights")
-    g.add_argument("--warmup-steps", type=int, help="linear warm-up steps (replaces the preset's warm-up epochs)")
-    g.add_argument("--warmup-epochs", type=float, help="linear warm-up in epochs")
-    g.add_argument("--clip-norm", type=float, help="global gradient-norm clip; 0 turns it off")
-    g.add_argument("--label-smoothing", type=float)
-    g.add_argument("--mixup", type=float, help="mixup Beta alpha (0: off)")
-    g.add_argument("--cutmix", type=float, help="cutmix Beta alpha (0: off)")
-    g.add_argument("--crop-padding", type=int, help="random-crop padding in pixels (0: off)")
-    g.add_argument("--flip", action=argparse.BooleanOptionalAction, default=None, help="random horizontal flips")
-    g.add_argument("--token-keep", type=float, nargs="+", metavar="FRACTION",
-                   help="token dropping: each training step keeps this fraction of every image's patch tokens; "
-                        "several: one drawn per step, so the sequence length varies (default 1: all)")
-    g = p.add_argument_group("data")
-    g.add_argument("--data", help=f"CIFAR archive or folder, or an image folder/.zip (default: ${DATA_ENV}, "
-                   "else download CIFAR)")
-    g.add_argument("--dataset", choices=DATASETS, help="dataset kind (default: detected from --data)")
-    g.add_argument("--val-split", type=int, help="training images held out for validation (0: use 'test')")
-    g.add_argument("--test-split", type=int, help="training images held out as a test split that no choice is "
-                   "made on, scored once at the end (for data without a test split; 0: none)")
-    g.add_argument("--subset", type=int, help="train on only this many images (quick runs)")
-    g.add_argument("--image-size", type=int, metavar="N",
-                   help="upsample the images to N x N (nearest neighbour, a whole multiple of the stored size) "
-                        "before training; evaluation upsamples the same way")
-    g.add_argument("--data-seed", type=int, help="seed of the validation hold-out and the subset")
+    groups = {key: p.add_argument_group(title) for key, title in FLAG_GROUPS.items()}
+    run = groups["run"]  # the options that are no config field, then every field's flag (training/flags.py)
+    run.add_argument("--preset", choices=sorted(PRESETS), help="starting recipe (default: cpu-small)")
+    run.add_argument("--out", help="run directory for checkpoints and metrics.jsonl (default: runs/<preset>-<kind>)")
+    run.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint "
+                     "(on the data it recorded, unless --data is given)")
+    run.add_argument("--allow-different-data", action="store_true",
+                     help="with --resume: continue even though the images differ from the ones the run recorded")
+    run.add_argument("--no-progress", action="store_true", help="no progress bar (log lines only)")
+    groups["data"].add_argument("--data", help=f"CIFAR archive or folder, or an image folder/.zip (default: "
+                                f"${DATA_ENV}, else download CIFAR)")
+    add_flags(groups)
     return p
-
-
-def _attention_impl_flags(group) -> None:
-    group.add_argument("--impl", choices=ATTENTION_IMPLS,
-                       help="dense: hold the T x T weights; blocked: walk key blocks (long sequences, JAX)")
-    group.add_argument("--block-size", type=int, help="keys per block with --impl blocked")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -143,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
                    '(scores null and "error" set when they are not finite)')
     p.add_argument("--batch-size", type=int, default=500)
     p.add_argument("--backend", choices=BACKENDS, help="default: the run's backend")
-    _attention_impl_flags(p)
+    add_flags({"model": p}, [flag for flag in FLAGS if flag.dest in ("impl", "block_size")])
     p.add_argument("--fewshot", type=int, metavar="K",
                    help="also a K-shot linear probe (closed-form ridge regression on the pre-logits) on the split: "
                         "K images per class to fit, the rest to score, over --fewshot-seeds draws")
@@ -174,82 +108,8 @@ def _version() -> str:
 
 # ---------------------------------------------------------------------------------------- train's config
 
-def _model_overrides(args) -> dict:
-    names = {"dim": "dim", "depth": "depth", "heads": "heads", "mlp_dim": "mlp_dim", "patch_size": "patch_size",
-             "pool": "pool", "mlp_activation": "mlp_activation"}
-    return {field: getattr(args, name) for name, field in names.items() if getattr(args, name) is not None}
-
-
-def train_config_from_args(args, base):
-    """`base` (a preset or the saved run's config) with every flag the user gave applied on top."""
-    model = base.model
-    attention = {name: value for name, value in (("kind", args.attention), ("alpha", args.alpha),
-                                                  ("scale", args.attention_scale), ("qk_norm", args.qk_norm),
-                                                  ("gated", args.gated),
-                                                  ("gate_activation", args.gate_activation),
-                                                  ("reg_weight", args.attention_reg_weight),
-                                                  ("entropy_margin", args.entropy_margin),
-                                                  ("learn_alpha", args.learn_alpha), ("learn_scale", args.learn_scale),
-                                                  ("impl", args.impl), ("block_size", args.block_size))
-                 if value is not None}
-    if attention:
-        model = model.replace(attention=model.attention.replace(**attention))
-    overrides = _model_overrides(args)
-    if overrides:
-        if "patch_size" in overrides:  # resolve() sets the image size from the data; until then, one that fits
-            side, patch = args.image_size or model.image_size, overrides["patch_size"]
-            overrides["image_size"] = max(-(-side // patch), 1) * patch
-        model = model.replace(**overrides)
-    optimizer = base.optimizer
-    changes = {}
-    if args.lr is not None:
-        changes["learning_rate"] = args.lr
-    if args.weight_decay is not None:
-        changes["weight_decay"] = args.weight_decay
-    if args.clip_norm is not None:
-        if not args.clip_norm >= 0:  # also catches nan
-            raise UsageError(f"reluattn train: --clip-norm must be a positive norm, or 0 to turn clipping off; "
-                             f"got {args.clip_norm}")
-        changes["clip_norm"] = args.clip_norm if args.clip_norm > 0 else None
-    top = {}
-    if args.warmup_steps is not None and args.warmup_epochs is not None:
-        raise UsageError("reluattn train: give --warmup-steps or --warmup-epochs, not both")
-    if args.warmup_steps is not None:
-        # total_steps is provisional here (resolve() sets it); keep the config valid meanwhile.
-        changes["warmup_steps"] = args.warmup_steps
-        changes["total_steps"] = max(optimizer.total_steps, args.warmup_steps + 1)
-        top["warmup_epochs"] = None
-    if args.warmup_epochs is not None:
-        top["warmup_epochs"] = args.warmup_epochs
-    if changes:
-        optimizer = optimizer.replace(**changes)
-    augmentation = base.augmentation
-    aug = {name: value for name, value in (("mixup_alpha", args.mixup), ("cutmix_alpha", args.cutmix),
-                                           ("crop_padding", args.crop_padding), ("flip", args.flip))
-           if value is not None}
-    if aug:
-        augmentation = augmentation.replace(**aug)
-    if args.epochs is not None and args.steps is not None:
-        raise UsageError("reluattn train: give --epochs or --steps, not both")
-    if args.epochs is not None:
-        top.update(epochs=args.epochs, steps=None)
-    if args.steps is not None:
-        top.update(steps=args.steps, epochs=None)
-    if args.backend == "numpy" and args.compute_dtype is None:
-        top["compute_dtype"] = "float32"  # the NumPy backend computes in the parameters' dtype; no bfloat16
-    for name in ("batch_size", "seed", "data_seed", "dataset", "val_split", "test_split", "subset", "eval_every",
-                 "checkpoint_every", "log_every", "keep_checkpoints", "label_smoothing", "compute_dtype",
-                 "backend", "fast", "image_size", "token_keep"):
-        if getattr(args, name) is not None:
-            top[name] = getattr(args, name)
-    return base.replace(model=model, optimizer=optimizer, augmentation=augmentation, **top)
-
-
-# Config fields whose flag is not "--" + the field's name with dashes.
-FIELD_FLAGS = {"AttentionConfig.kind": "--attention", "AttentionConfig.scale": "--attention-scale",
-               "AttentionConfig.reg_weight": "--attention-reg-weight", "OptimizerConfig.learning_rate": "--lr",
-               "AugmentationConfig.mixup_alpha": "--mixup", "AugmentationConfig.cutmix_alpha": "--cutmix",
-               "ViTConfig.mlp_activation": "--mlp-activation"}
+# The flag of each config field that has one: "AttentionConfig.kind" -> "--attention".
+FIELD_FLAGS = {f"{flag.owner}.{flag.path[-1]}": flag.name for flag in FLAGS}
 
 
 def _as_flags(message: str, flags: set) -> str:

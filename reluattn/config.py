@@ -89,6 +89,15 @@ def check_float(owner: str, name: str, value, *, minimum: float | None = None, p
         raise ValueError(f"{owner}.{name} must be > 0, got {value}")
 
 
+def flag(default, help: str, *, name: str | None = None, metavar: str | None = None, choices=None,
+         group: str | None = None):
+    """A config field that a `reluattn train` flag sets: `default` as for a plain field; in the field's
+    metadata the flag's help, its name when it is not --<field-name-with-dashes>, metavar, choices and help
+    group (default: the group of the config holding it). training/flags.py makes the flags from these."""
+    return field(default=default, metadata={"help": help, "flag": name, "metavar": metavar, "choices": choices,
+                                            "group": group})
+
+
 class JsonConfig:
     """`to_dict` / `from_dict` / `to_json` / `from_json`, shared by the config classes."""
 
@@ -125,20 +134,26 @@ class JsonConfig:
 class AttentionConfig(JsonConfig):
     """How attention weights are made from scores s = q.k / sqrt(Dh):  w = scale * L^-alpha * h(s)."""
 
-    kind: str = "relu"        # h: one of ATTENTION_KINDS; "relu" with alpha=1 is ReLU / L
-    alpha: float = 1.0        # length exponent: weights are divided by L**alpha (L = number of keys)
-    scale: float = 1.0        # constant multiplier on the point-wise weights (ReLUFormer's sqrt(2)/gamma, a
-                              # secondary reading: not in that paper's abstract)
-    qk_norm: bool = False     # LayerNorm over Dh of q and k before the dot product (ViT-22B; Wortsman et al.'s
-                              # headline runs use it; the cpu-small-qknorm preset turns it on)
-    gated: bool = False       # multiply the attention output by gate_activation(x W_g + b_g) before the projection
-    impl: str = "dense"       # "dense" holds the T x T weights; "blocked" walks key blocks (long sequences)
-    block_size: int | None = None  # keys per block for impl="blocked" (None: the backend picks)
-    gate_activation: str = "silu"  # the gate's activation, one of GATE_ACTIVATIONS (used when gated)
-    reg_weight: float = 0.0   # lambda of ReLUFormer's row-sum + entropy regulariser R (a secondary reading); 0: off
-    entropy_margin: float = 0.7  # c of R's entropy term max(0, H(p_i) - c log n_i)
-    learn_alpha: bool = False  # learn alpha per layer and head (parameters attn.length.alpha, initialised at alpha)
-    learn_scale: bool = False  # learn a log-scale beta per layer and head: weights * exp(beta), beta = 0 at init
+    # Each field's help (its `reluattn train` flag's, see flag()) says what it does.
+    kind: str = flag("relu", "attention weight function h; relu with alpha 1 is ReLU / L", name="--attention",
+                     choices=ATTENTION_KINDS)
+    alpha: float = flag(1.0, "weights are divided by L**alpha (L = number of keys)")
+    scale: float = flag(1.0, "constant factor on point-wise attention weights (ReLUFormer's sqrt(2)/gamma, a "
+                        "secondary reading)", name="--attention-scale")
+    qk_norm: bool = flag(False, "LayerNorm q and k per head, over Dh, before the dot product (ViT-22B)")
+    gated: bool = flag(False, "gate the attention output: times gate_activation(x W_g + b_g), before the projection")
+    impl: str = flag("dense", "dense: hold the T x T weights; blocked: walk key blocks (long sequences, JAX)",
+                     choices=ATTENTION_IMPLS)
+    block_size: int | None = flag(None, "keys per block with --impl blocked (default: the backend's)")
+    gate_activation: str = flag("silu", "the gate's activation with --gated: silu (gated attention unit, Hua et "
+                                "al. 2022) or identity (Wortsman et al.'s 'extra projection')",
+                                choices=GATE_ACTIVATIONS)
+    reg_weight: float = flag(0.0, "loss += LAMBDA * R, ReLUFormer's row-sum + entropy regulariser (secondary "
+                             "reading); 0: off", name="--attention-reg-weight", metavar="LAMBDA")
+    entropy_margin: float = flag(0.7, "c of R's entropy term max(0, H - c log L)", metavar="C")
+    learn_alpha: bool = flag(False, "learn the length exponent alpha per layer and head (attn.length.alpha, "
+                             "starts at --alpha)")
+    learn_scale: bool = flag(False, "learn a log-scale per layer and head (weights * exp(beta), beta = 0 at start)")
 
     def __post_init__(self):
         owner = "AttentionConfig"
@@ -181,16 +196,17 @@ class ViTConfig(JsonConfig):
     """A Vision Transformer. The defaults are the reference model, `REFERENCE_VIT` (ViT 192 wide, 6 deep,
     3 heads, MLP 384, patch 4, class token, 32x32x3 images, 10 classes)."""
 
-    image_size: int = 32          # images are image_size x image_size pixels
-    patch_size: int = 4           # square patches; image_size must be a multiple of it
-    channels: int = 3             # colour channels of the input
-    num_classes: int = 10         # K, outputs of the head
-    dim: int = 192                # D, token width
-    depth: int = 6                # number of transformer blocks
-    heads: int = 3                # H; dim must be a multiple of it (Dh = dim / heads)
-    mlp_dim: int = 384            # M, hidden width of the MLP (the number of memory slots in Shen et al.)
-    pool: str = "cls"             # "cls": head reads the class token; "gap": the mean over tokens
-    mlp_activation: str = "gelu"  # one of MLP_ACTIVATIONS
+    image_size: int = 32          # images are image_size x image_size pixels (set from the data)
+    patch_size: int = flag(4, "patch side P in pixels (square patches; the image side must be a multiple)")
+    channels: int = 3             # colour channels of the input (set from the data)
+    num_classes: int = 10         # K, outputs of the head (set from the data)
+    dim: int = flag(192, "token width D")
+    depth: int = flag(6, "number of transformer blocks")
+    heads: int = flag(3, "attention heads H (dim must be a multiple; Dh = dim / heads)")
+    mlp_dim: int = flag(384, "MLP hidden width M (the number of memory slots in Shen et al.)")
+    pool: str = flag("cls", "cls: the head reads the class token; gap: the mean over tokens", choices=POOLS)
+    mlp_activation: str = flag("gelu", "the MLP's activation (softmax, softmax_ln: Shen et al.'s key-value memory "
+                               "study)", choices=MLP_ACTIVATIONS)
     attention: AttentionConfig = field(default_factory=AttentionConfig)
 
     def __post_init__(self):
@@ -268,15 +284,15 @@ class OptimizerConfig(JsonConfig):
     update for the same gradients. This is the one place the chain is written out.
     """
 
-    learning_rate: float = 1e-3       # peak learning rate, reached at the end of the warm-up
+    learning_rate: float = flag(1e-3, "peak learning rate, reached at the end of the warm-up", name="--lr")
     end_learning_rate: float = 0.0    # where the cosine ends, at total_steps
-    warmup_steps: int = 0             # linear warm-up from 0 over this many steps
+    warmup_steps: int = flag(0, "linear warm-up from 0 over this many steps (replaces the preset's warm-up epochs)")
     total_steps: int = 1000           # length of the whole schedule (warm-up included)
-    weight_decay: float = 0.05        # decoupled, on dense weights `w` only (see params.decay_mask)
+    weight_decay: float = flag(0.05, "decoupled weight decay, on dense weights only (params.decay_mask)")
     b1: float = 0.9                   # Adam's first-moment decay
     b2: float = 0.999                 # Adam's second-moment decay
     eps: float = 1e-8                 # Adam's denominator guard
-    clip_norm: float | None = 1.0     # clip gradients to this global L2 norm; None turns clipping off
+    clip_norm: float | None = flag(1.0, "clip gradients to this global L2 norm; 0 turns clipping off")  # None: off
 
     def __post_init__(self):
         owner = "OptimizerConfig"

@@ -17,8 +17,9 @@ Where they differ, and why:
     (and the weights when return_attention=True), since jax.grad needs no cache.
   - JAX only: compute_dtype=jnp.bfloat16 and fast=True (the opt-in speed paths of jax_backend/fast/),
     make_train_step (the pure step, to jit with augmentation), and sharding.py (several devices).
-  - dot_product_attention: NumPy's is forward only, the reference values (bias, mask, is_causal); JAX's is
-    the drop-in (also jax.nn's sequence lengths, local window and implementation) with attention_fn (Flax).
+  - interop.py (off the ViT path): NumPy's dot_product_attention is forward only, the reference values; JAX's
+    is the drop-in for jax.nn.dot_product_attention (its kernels chosen by implementation=) with attention_fn
+    (Flax).
 
 The table (file, NumPy names, JAX names, why they differ where they do):
 """
@@ -69,15 +70,10 @@ TWINS = (
     _row("multihead_attention.py", "heads_attention_forward heads_attention_backward", "heads_attention",
          "NumPy takes weights_forward / weights_backward, JAX a weights_function"),
     _row("multihead_attention.py", "weights_gradient", "", "a step of the hand-written backward"),
-    _row("multihead_attention.py", "", "core_attention IMPLEMENTATIONS BLOCKED_FROM_KEYS",
-         "the choice of dense, blocked or Pallas kernel; NumPy runs the dense core only"),
+    _row("multihead_attention.py", "", "core_attention",
+         "the choice of dense or blocked kernel by impl; NumPy's ViT runs the dense core only"),
     _row("multihead_attention.py", "self_attention_forward self_attention_backward", "self_attention"),
     _row("multihead_attention.py", "attention", "attention"),
-    _row("multihead_attention.py", "dot_product_attention", "dot_product_attention attention_fn",
-         "NumPy's is forward only (the reference values); JAX's is jax.nn's drop-in, attention_fn Flax's"),
-    _row("multihead_attention.py", "visible_keys", "",
-         "the reference's mask of the keys each query sees (mask, bias, lengths, causal, window), public so the "
-         "testing kit builds expectations from it; JAX's drop-in keeps its own private _visible_keys"),
     _row("mlp.py", "ACTIVATIONS", "ACTIVATIONS"),
     _row("mlp.py", "mlp_forward mlp_backward", "mlp"),
     _row("model.py", "patchify", "patchify"),
@@ -103,6 +99,13 @@ TWINS = (
     _row("long_sequences.py", "blocked_attention_forward", "blocked_attention",
          "JAX's also hides keys by window, key_lengths, mask and bias (the drop-in's implementation='blocked'); "
          "NumPy's, for reading, by causal only: its reference for hidden keys is dot_product_attention"),
+    _row("interop.py", "dot_product_attention", "dot_product_attention",
+         "NumPy's is forward only, float64 (the reference values); JAX's is jax.nn's drop-in"),
+    _row("interop.py", "", "attention_fn IMPLEMENTATIONS BLOCKED_FROM_KEYS",
+         "Flax's attention_fn, and the drop-in's choice of dense, blocked or Pallas kernel: NumPy has one"),
+    _row("interop.py", "visible_keys", "",
+         "the reference's mask of the keys each query sees (mask, bias, lengths, causal, window), public so the "
+         "testing kit builds expectations from it; JAX's drop-in keeps its own private _visible_keys"),
     _row("sharding.py", "", "DATA_AXIS data_mesh replicated batch_sharded replicate shard_batch "
          "make_sharded_train_step sharded_train_step", "data parallelism: NumPy has one CPU, no devices"),
 )

@@ -10,7 +10,8 @@ from it:
 
     ```{config-fields} reluattn.config.AttentionConfig
     ```
-        a table of the dataclass's fields: name, type, default and the comment on its line in the source
+        a table of the dataclass's fields: name, type, default and meaning: the help of its flag (the field's
+        metadata, reluattn.config.flag) and the comment on its line in the source
 
     ```{param-tree}
     ```
@@ -115,7 +116,8 @@ class ConfigFields(Directive):
         head += row(["field", "type", "default", "meaning"], [False] * 4)
         for field in dataclasses.fields(cls):
             type_name = field.type if isinstance(field.type, str) else getattr(field.type, "__name__", str(field.type))
-            body += row([field.name, type_name, _default(field), comments.get(field.name, "")],
+            meaning = "; ".join(text for text in (field.metadata.get("help"), comments.get(field.name)) if text)
+            body += row([field.name, type_name, _default(field), meaning],
                         [True, True, True, False])
         return [table]
 

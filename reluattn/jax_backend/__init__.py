@@ -17,19 +17,21 @@ XLA:CPU, called by the trainer, never on import). Results are JAX arrays (`np.as
 
 In someone else's model: `dot_product_attention(query, key, value, bias, mask, *, kind="relu", alpha=1.0, ...)`
 takes jax.nn.dot_product_attention's arguments, and `attention_fn("relu")` is a Flax attention_fn
-(multihead_attention.py; docs/own-model.md). Flax is never imported.
+(interop.py; docs/own-model.md). Flax is never imported.
 
 Files: layers.py attention_weights.py regulariser.py multihead_attention.py mlp.py model.py optim.py
-long_sequences.py, as in NumPy; sharding.py, the one JAX-only file (data parallelism over devices and hosts:
+long_sequences.py interop.py, as in NumPy; sharding.py, the one JAX-only file (data parallelism over devices and hosts:
 NumPy has one CPU and no devices to spread over); fast/ (opt-in speed, see fast/__init__.py).
 
 NumPy <-> JAX, file for file and name for name: the name table, and where the two differ and why, is
 `reluattn/twins.py` (`print(reluattn.twins.table())`), checked against both backends by tests/parity/test_twins.py.
 """
 
-from . import attention_weights, layers, long_sequences, mlp, model, multihead_attention, optim, regulariser, sharding
+from . import (attention_weights, interop, layers, long_sequences, mlp, model, multihead_attention, optim, regulariser,
+               sharding)
+from .interop import attention_fn, dot_product_attention
 from .model import apply, attention_regulariser, forward, loss_and_grad, loss_and_logits, loss_terms
-from .multihead_attention import attention, attention_fn, dot_product_attention
+from .multihead_attention import attention
 from .optim import adamw_update, init_optimizer, learning_rate, make_optimizer, make_train_step, train_step
 from .sharding import data_mesh, make_sharded_train_step, replicate, shard_batch, sharded_train_step
 
@@ -39,5 +41,5 @@ __all__ = [
     "learning_rate",
     "forward", "loss_and_logits", "adamw_update", "make_optimizer", "make_train_step",
     "layers", "attention_weights", "multihead_attention", "mlp", "model", "optim", "long_sequences", "regulariser",
-    "sharding", "data_mesh", "replicate", "shard_batch", "make_sharded_train_step", "sharded_train_step",
+    "interop", "sharding", "data_mesh", "replicate", "shard_batch", "make_sharded_train_step", "sharded_train_step",
 ]

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from ..data.errors import DataWarning
-from ..training.files import write_atomically
+from ..training.files import finite_or_none, write_atomically
 from .experiments import EXPERIMENTS, cells_of
 from .statistics import LABEL_COLUMNS, aggregate
 from .tables import verdicts_markdown
@@ -229,17 +229,6 @@ def collect_rows(experiment: str, out, scale: str | None = None) -> list[dict]:
     return rows
 
 
-def _strict_json(value):
-    """`value` with every NaN or infinity replaced by None: results.json stays strict JSON."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {key: _strict_json(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_strict_json(item) for item in value]
-    return value
-
-
 def write_report(experiment: str, out, *, scale: str) -> dict:
     """Write results.csv, results.json and <experiment>.png into `out`; their paths and the verdicts."""
     from .figures import FIGURES
@@ -263,7 +252,7 @@ def write_report(experiment: str, out, *, scale: str) -> dict:
                "runs_failed": [r["cell"] + f"/seed{r['seed']}" for r in rows if r["status"] == "failed"],
                "runs_stale": [r["cell"] + f"/seed{r['seed']}" for r in rows if r["status"] == "stale"],
                "cells": aggregate(rows, verdicts["value"]), **verdicts, "rows": rows}
-    summary = _strict_json(json.loads(json.dumps(summary, default=str)))
+    summary = finite_or_none(json.loads(json.dumps(summary, default=str)))
     write_atomically(out / "results.json", json.dumps(summary, indent=1, sort_keys=True, allow_nan=False) + "\n")
     write_atomically(out / "verdicts.md", verdicts_markdown(summary) + "\n")
     figure = FIGURES[EXPERIMENTS[experiment].figure](rows, out / f"{experiment}.png", experiment, verdicts["value"])

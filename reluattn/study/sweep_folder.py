@@ -4,16 +4,14 @@
     with use_sweep_folder(out, experiment, scale, report=True) as saved:   --report: sweep.json must be there
     is_stale(record, cell, seed)        whether a cell's recorded train command is not the current grid's
 
-The lock is `fcntl.flock` on `<out>/.reluattn-sweep.lock`, held for the sweep's (or the report's) life, as a
-run folder's is (reluattn/training/run_folder.py): the kernel drops it when its holder ends, however it ends.
-The file holds the holder's PID and is never deleted (deleting it while another process opens it would let
-two sweeps in). `sweep.json` says which experiment and scale the folder holds; a folder without one is a
-sweep folder only while it is empty.
+The lock is a run folder's kind (reluattn/training/folder_lock.py) on `<out>/.reluattn-sweep.lock`, held for
+the sweep's (or the report's) life: the kernel drops it when its holder ends, however it ends. `sweep.json`
+says which experiment and scale the folder holds; a folder without one is a sweep folder only while it is
+empty.
 """
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import shlex
@@ -21,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..training.files import TEMPORARY_MARK, write_atomically
+from ..training.folder_lock import FolderLock
 from .experiments import EXPERIMENTS, SCALES, train_arguments
 
 SWEEP_LOCK = ".reluattn-sweep.lock"
@@ -32,46 +31,14 @@ class SweepFolderError(ValueError):
     """A sweep folder is in use, or is not a sweep of this experiment and scale; the message says what to do."""
 
 
-def _flock_exclusive(fd: int) -> bool:
-    """Whether the exclusive lock on `fd` was taken (False: another process holds it)."""
-    import fcntl  # here, not at the top: the package imports on systems without fcntl
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    return True
-
-
-class SweepFolderLock:
+class SweepFolderLock(FolderLock):
     """An exclusive, non-blocking lock on a sweep folder for the life of a `with` block."""
 
+    holder, error = "reluattn sweep", SweepFolderError
+
     def __init__(self, out):
-        self.out = Path(out)
-        self.path = self.out / SWEEP_LOCK
-        self.fd = None
-
-    def __enter__(self) -> "SweepFolderLock":
-        try:
-            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-        except OSError as error:
-            if error.errno == errno.ELOOP:
-                raise SweepFolderError(f"{self.path} is a symbolic link; reluattn will not lock through it — "
-                                       f"remove it or choose another --out") from None
-            raise
-        if not _flock_exclusive(self.fd):
-            holder = os.pread(self.fd, 64, 0).decode(errors="replace").strip() or "unknown"
-            os.close(self.fd)
-            self.fd = None
-            raise SweepFolderError(f"{self.out} is in use by another reluattn sweep (PID {holder}); wait for it "
-                                   f"to finish or stop it, or choose another --out")
-        os.ftruncate(self.fd, 0)
-        os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.fd is not None:
-            os.close(self.fd)  # closing the only descriptor releases the lock
-            self.fd = None
+        super().__init__(out, SWEEP_LOCK)
+        self.out = self.folder
 
 
 def read_sweep_record(out) -> dict | None:

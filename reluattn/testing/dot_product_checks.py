@@ -158,7 +158,7 @@ def _rows_without_keys(case):
     """(..., T, N) bool like the output's rows: the queries that see no key at all. A point-wise kind must
     read 0 there; softmax rows there are not compared (jax.nn averages the values of the keys hidden by the
     mask and by its other arguments, and gives NaN where a -inf bias hides all)."""
-    from ..numpy_backend.multihead_attention import visible_keys
+    from ..numpy_backend.interop import visible_keys
     options, batched = dict(case.arguments), case.query.ndim == 4
     queries, heads = case.query.shape[-3], case.query.shape[-2]
     shape = ((case.query.shape[0],) if batched else (1,)) + (heads, queries, case.key.shape[-3])
@@ -187,7 +187,7 @@ def _mask_hints(case, got, expected, tol):
     q, k, v = _float64(case)
     variants = {}
     if case.kind not in ("softmax", "sigmoid_bias") and case.alpha != 0.0:
-        from ..numpy_backend.multihead_attention import visible_keys
+        from ..numpy_backend.interop import visible_keys
         batched = q.ndim == 4
         qq, kk = (q, k) if batched else (q[None], k[None])
         heads, keys = qq.shape[2], kk.shape[1]

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import BACKENDS
-from ..config import JsonConfig, OptimizerConfig, ViTConfig, check_bool, check_choice, check_float, check_int
+from ..config import JsonConfig, OptimizerConfig, ViTConfig, check_bool, check_choice, check_float, check_int, flag
 from ..data import DATASETS
 from ..params import flatten
 
@@ -37,10 +37,11 @@ class AugmentationConfig(JsonConfig):
     """Training-time augmentation (augment.py): on device inside the jitted step with the JAX backend, on
     the host with --backend numpy (crop and flip only). Frozen, so it can be a static jit argument."""
 
-    crop_padding: int = 4        # pad each side by this many pixels, then crop back at a random offset; 0: off
-    flip: bool = True            # mirror left-right with probability 1/2
-    mixup_alpha: float = 0.0     # mixup with lambda ~ Beta(alpha, alpha); 0: off
-    cutmix_alpha: float = 0.0    # cutmix with lambda ~ Beta(alpha, alpha); 0: off (both on: one per batch)
+    crop_padding: int = flag(4, "random crop: pad each side by this many pixels, crop back at a random offset; 0: off")
+    flip: bool = flag(True, "random horizontal flips (with probability 1/2)")
+    mixup_alpha: float = flag(0.0, "mixup with lambda ~ Beta(alpha, alpha); 0: off", name="--mixup")
+    cutmix_alpha: float = flag(0.0, "cutmix with lambda ~ Beta(alpha, alpha); 0: off (both on: one per batch)",
+                               name="--cutmix")
 
     def __post_init__(self):
         owner = "AugmentationConfig"
@@ -60,34 +61,43 @@ class AugmentationConfig(JsonConfig):
 class TrainConfig(JsonConfig):
     """One training run. Exactly one of `epochs` and `steps` sets its length."""
 
+    # Each field's help is its `reluattn train` flag's (config.flag); group: where --help lists the flag.
     preset: str | None = None          # the preset it started from (a label; the fields below are the truth)
-    model: ViTConfig = field(default_factory=ViTConfig)
-    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)  # total_steps is set by resolve()
-    batch_size: int = 128              # images per step, over all devices
-    epochs: int | None = None          # passes over the training split (the last partial batch is dropped)
-    steps: int | None = None           # or: this many optimizer steps
-    warmup_epochs: float | None = None  # when set, resolve() makes optimizer.warmup_steps this many epochs
-    seed: int = 0                      # initialisation, data order and augmentation all follow from it
-    data_seed: int = 0                 # which images are held out / kept by --subset (fixed across seeds)
-    dataset: str | None = None         # "cifar10", "cifar100", "folder"; None: detect from --data
-    val_split: int = 5000              # training images held out for validation; 0: validate on "test"
-    test_split: int = 0                # training images held out as a test split that no choice is made on
-                                       # (for data without a test split of its own); scored once, at the end
-    subset: int | None = None          # keep only this many training images (quick runs)
-    eval_every: int | None = None      # validate every this many steps; None: at the end of each epoch
-    checkpoint_every: int | None = None  # checkpoint every this many steps; None: at the end of each epoch
-    log_every: int = 20                # fetch metrics from the device (and check them) every this many steps
-    keep_checkpoints: int = 3          # how many of the newest checkpoints to keep on disk
-    label_smoothing: float = 0.0       # target = (1 - ls) * onehot + ls / K
-    augmentation: AugmentationConfig = field(default_factory=AugmentationConfig)
-    compute_dtype: str = "float32"     # matmul inputs: "float32" or "bfloat16" (params, state, loss stay f32);
-                                       # "auto": whichever a short probe finds faster, fixed when the run starts
-    backend: str = "jax"               # "jax" (jit, data parallel) or "numpy" (the reference model; small runs)
-    fast: bool = False                 # JAX only: the backend's opt-in speed paths (on in every preset)
-    image_size: int | None = None      # upsample the images (nearest neighbour, on the host) to this side;
-                                       # a whole multiple of the stored side. None: train at the stored size
-    token_keep: tuple = (1.0,)         # token dropping: the fraction of patch tokens a training step keeps,
-                                       # one of these drawn per step (so L varies when several); (1.0,): all
+    model: ViTConfig = field(default_factory=ViTConfig, metadata={"group": "model"})
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig,  # total_steps is set by resolve()
+                                       metadata={"group": "optimizer"})
+    batch_size: int = flag(128, "images per step, over all devices", group="run")
+    epochs: int | None = flag(None, "run length in passes over the training split (the last partial batch is "
+                              "dropped)", group="run")
+    steps: int | None = flag(None, "run length in optimizer steps (instead of --epochs)", group="run")
+    warmup_epochs: float | None = flag(None, "linear warm-up in epochs, made optimizer steps once the data is known "
+                                       "(instead of --warmup-steps)", group="optimizer")
+    seed: int = flag(0, "initialisation, data order and augmentation seed", group="run")
+    data_seed: int = flag(0, "seed of the validation hold-out and the subset (fixed across --seed)", group="data")
+    dataset: str | None = flag(None, "dataset kind (default: detected from --data)", choices=DATASETS, group="data")
+    val_split: int = flag(5000, "training images held out for validation (0: use 'test')", group="data")
+    test_split: int = flag(0, "training images held out as a test split that no choice is made on, scored once at "
+                           "the end (for data without a test split; 0: none)", group="data")
+    subset: int | None = flag(None, "train on only this many images (quick runs)", group="data")
+    eval_every: int | None = flag(None, "steps between validations (default: each epoch)", group="run")
+    checkpoint_every: int | None = flag(None, "steps between checkpoints (default: each epoch)", group="run")
+    log_every: int = flag(20, "steps between metric fetches from the device (checked) and log lines", group="run")
+    keep_checkpoints: int = flag(3, "how many of the newest checkpoints to keep on disk", group="run")
+    label_smoothing: float = flag(0.0, "target = (1 - ls) * onehot + ls / K", group="optimizer")
+    augmentation: AugmentationConfig = field(default_factory=AugmentationConfig, metadata={"group": "optimizer"})
+    compute_dtype: str = flag("float32", "matmul precision (JAX backend; parameters, optimizer state and loss stay "
+                              "float32); auto: the faster of the two on this machine, from a short probe when the "
+                              "run starts", choices=COMPUTE_DTYPES, group="run")
+    backend: str = flag("jax", "jax (jit, data parallel) or numpy (the reference model; small runs)",
+                        choices=BACKENDS, group="run")
+    fast: bool = flag(False, "the JAX backend's opt-in speed paths (on in every preset; --no-fast: the plain model)",
+                      group="run")
+    image_size: int | None = flag(None, "upsample the images to N x N (nearest neighbour, on the host; a whole "
+                                  "multiple of the stored size) before training; evaluation upsamples the same way",
+                                  metavar="N", group="data")
+    token_keep: tuple[float, ...] = flag((1.0,), "token dropping: each training step keeps this fraction of every "
+                                         "image's patch tokens; several: one drawn per step, so the sequence "
+                                         "length varies (default 1: all)", metavar="FRACTION", group="optimizer")
 
     def __post_init__(self):
         owner = "TrainConfig"

@@ -3,6 +3,7 @@
     write_atomically(path, text_or_bytes)   a new temporary file beside `path`, then os.replace
     append_line(path, line)                  one line appended to a regular file (never through a symlink)
     make_temporary_dir(folder, prefix)       a new, private directory in `folder` (tempfile.mkdtemp)
+    finite_or_none(value)                    NaN and infinities, however deeply nested, as None: strict JSON
 
 Temporaries are made with `tempfile.mkstemp` / `mkdtemp`, which create a new name with O_CREAT | O_EXCL: a
 file or symlink planted under a predictable name is never opened, let alone written through. Every
@@ -15,6 +16,7 @@ give it under the umask, not mkstemp's private 0600 (0700), so a run can be shar
 from __future__ import annotations
 
 import errno
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -120,3 +122,14 @@ def make_temporary_dir(folder, prefix: str) -> Path:
     path = Path(tempfile.mkdtemp(prefix=f".{prefix}-", suffix=TEMPORARY_MARK, dir=folder))
     os.chmod(path, default_mode(directory=True))
     return path
+
+
+def finite_or_none(value):
+    """`value` with every NaN or infinity, however deeply nested, replaced by None (JSON has no NaN)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: finite_or_none(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_or_none(item) for item in value]
+    return value

@@ -24,7 +24,6 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
-import math
 import os
 import re
 import zipfile
@@ -33,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from ..params import flatten, unflatten
-from .files import append_line, fsync_dir, make_temporary_dir, write_atomically
+from .files import append_line, finite_or_none, fsync_dir, make_temporary_dir, write_atomically
 from .npz_files import DoesNotFit, Vanished, expected_param_shapes, opt_state_fits, params_fit, read_npz
 from .run_folder import (CHECKPOINT_FILES as FILES, CHECKPOINTS, CONFIG, LATEST, METRICS, OPT_STATE, PARAMS, STATE,
                          SUMMARY, remove_our_files)
@@ -257,23 +256,12 @@ class MetricsLog:
         write_atomically(self.path, "".join(json.dumps(record) + "\n" for record in kept))
 
     def append(self, record: dict) -> None:
-        append_line(self.path, json.dumps(_finite_or_none(record), allow_nan=False))
-
-
-def _finite_or_none(value):
-    """`value` with every NaN or infinity, however deeply nested, replaced by None (JSON has no NaN)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {key: _finite_or_none(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite_or_none(item) for item in value]
-    return value
+        append_line(self.path, json.dumps(finite_or_none(record), allow_nan=False))
 
 
 def write_summary(run_dir, summary: dict) -> Path:
     """Write `<run>/summary.json` atomically (a temporary file in the run directory, then a rename)."""
-    return write_atomically(Path(run_dir) / SUMMARY, json.dumps(_finite_or_none(summary), indent=2, sort_keys=True,
+    return write_atomically(Path(run_dir) / SUMMARY, json.dumps(finite_or_none(summary), indent=2, sort_keys=True,
                                                                    allow_nan=False) + "\n")
 
 

@@ -19,10 +19,8 @@ write and delete in it.
                                     stopped before it logged or saved anything
     clean_leftovers(run_dir)        temporaries a killed run left behind
 
-The lock is `fcntl.flock` on `<run>/.reluattn.lock`: the kernel drops it when the process ends, however it
-ends (SIGKILL included), so a stale lock cannot outlive its holder. The file holds the holder's PID (for the
-message a second run prints) and marks the folder as a reluattn run folder. It is never deleted: deleting a
-lock file while another process waits on it would let two runs in.
+The lock (folder_lock.py, `fcntl.flock` on `<run>/.reluattn.lock`) lasts as long as its holder, however it
+ends; its file holds the holder's PID and marks the folder as a reluattn run folder.
 
 reluattn deletes only what it wrote: its own files by name (`remove_our_files`), and a folder only once it
 is empty. A folder holding anything else is left in place, and the message says what is in the way.
@@ -30,12 +28,12 @@ is empty. A folder holding anything else is left in place, and the message says 
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 from contextlib import contextmanager
 from pathlib import Path
 
+from .folder_lock import FolderLock, flock, in_use
 
 LOCK = ".reluattn.lock"
 CHECKPOINTS = "checkpoints"
@@ -57,17 +55,6 @@ CHECKPOINT_FILES = (CONFIG, PARAMS, OPT_STATE, STATE)
 TEMPORARY_PREFIXES = (".metrics.jsonl.", ".summary.json.", ".LATEST.", ".tmp-step_")
 
 
-def _flock(fd, flags_name: str) -> None:
-    """fcntl.flock(fd, LOCK_<flags_name> | LOCK_NB). fcntl is POSIX-only, so it is imported here, when a run
-    folder is locked, not when reluattn is imported (reluattn.cli and reluattn.testing import on Windows)."""
-    try:
-        import fcntl
-    except ImportError:
-        raise RunFolderError("locking a run folder needs fcntl (Linux, macOS); this platform has none: run "
-                             "reluattn train under WSL or another POSIX system") from None
-    fcntl.flock(fd, getattr(fcntl, f"LOCK_{flags_name}") | fcntl.LOCK_NB)
-
-
 def is_temporary_name(name: str) -> bool:
     return name.startswith(TEMPORARY_PREFIXES)
 
@@ -81,40 +68,21 @@ class RunFolderError(ValueError):
     """A run folder is in use, or holds something a run must not touch; the message says what to do."""
 
 
-class RunFolderLock:
-    """An exclusive, non-blocking lock on a run folder for the life of a `with` block (or the process)."""
+class RunFolderLock(FolderLock):
+    """An exclusive, non-blocking lock on a run folder for the life of a `with` block (or the process); makes
+    the folder when it is not there."""
+
+    holder, error = "reluattn train", RunFolderError
 
     def __init__(self, run_dir):
-        self.run_dir = Path(run_dir)
-        self.path = self.run_dir / LOCK
-        self.fd = None
+        super().__init__(run_dir, LOCK)
+        self.run_dir = self.folder
         self.existed = False  # whether the lock file was there already (the folder held a reluattn run)
 
     def __enter__(self) -> "RunFolderLock":
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.existed = os.path.lexists(self.path)
-        try:
-            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-        except OSError as error:
-            if error.errno == errno.ELOOP:
-                raise RunFolderError(f"{self.path} is a symbolic link; reluattn will not lock through it — "
-                                     f"remove it or choose another --out") from None
-            raise
-        try:
-            _flock(self.fd, "EX")
-        except BlockingIOError:
-            error = _in_use(self.run_dir, self.fd)
-            os.close(self.fd)
-            self.fd = None
-            raise error from None
-        os.ftruncate(self.fd, 0)
-        os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.fd is not None:
-            os.close(self.fd)  # closing the only descriptor releases the lock
-            self.fd = None
+        return super().__enter__()
 
 
 @contextmanager
@@ -131,12 +99,6 @@ def use_run_folder(run_dir, *, new_run: bool):
         yield lock
 
 
-def _in_use(run_dir, fd) -> RunFolderError:
-    holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
-    return RunFolderError(f"{run_dir} is in use by another reluattn train (PID {holder}); wait for it to finish "
-                          f"or stop it, or choose another --out")
-
-
 def refuse_if_in_use(run_dir) -> None:
     """The lock's error now, when another process holds `run_dir`'s lock (before any other check of the
     folder, whose contents that process is changing); creates nothing."""
@@ -145,9 +107,9 @@ def refuse_if_in_use(run_dir) -> None:
     except OSError:
         return  # no lock file (or not one we can read): nobody can be holding it
     try:
-        _flock(fd, "SH")
+        flock(fd, "SH", RunFolderError)
     except BlockingIOError:
-        raise _in_use(run_dir, fd) from None
+        raise in_use(run_dir, fd, RunFolderLock.holder, RunFolderError) from None
     finally:
         os.close(fd)
 

@@ -14,7 +14,7 @@ import pytest
 from reluattn import grading
 from reluattn.grading import ExerciseFailed
 from reluattn.numpy_backend import layers
-from reluattn.numpy_backend import multihead_attention as numpy_attention
+from reluattn.numpy_backend import interop as numpy_interop
 
 CHECKERS = [getattr(grading, name) for names in grading.CHECKERS.values() for name in names]
 
@@ -26,7 +26,7 @@ def message_of(checker, student) -> str:
 
 
 @pytest.mark.parametrize("checker", CHECKERS, ids=lambda checker: checker.__name__)
-@pytest.mark.parametrize("function", [layers.softmax, numpy_attention.dot_product_attention,
+@pytest.mark.parametrize("function", [layers.softmax, numpy_interop.dot_product_attention,
                                       grading.numeric_gradient], ids=["softmax", "numpy drop-in", "numeric_gradient"])
 def test_every_checker_refuses_any_reluattn_function_passed_as_the_answer(checker, function):
     message = message_of(checker, function)
@@ -47,7 +47,7 @@ def test_the_jax_drop_in_is_refused_by_both_jax_checkers_even_when_jitted_and_ca
     for student in (drop_in, jitted, lambda q, k, v, alpha: attention_fn("relu", alpha=alpha)(q, k, v)):
         message = message_of(grading.check_relu_attention, student)
         assert "calls reluattn's implementation" in message
-        assert "jax_backend.multihead_attention.dot_product_attention" in message or "attention_fn" in message
+        assert "jax_backend.interop.dot_product_attention" in message or "attention_fn" in message
 
     def vjp(q, k, v, dout, alpha):
         return jax.vjp(lambda q, k, v: dot_product_attention(q, k, v, kind="relu", alpha=alpha), q, k, v)[1](dout)
@@ -57,13 +57,13 @@ def test_the_jax_drop_in_is_refused_by_both_jax_checkers_even_when_jitted_and_ca
 
 def test_the_numpy_drop_in_is_refused_by_the_jax_and_blocked_checkers():
     def drop_in(q, k, v, alpha):
-        return numpy_attention.dot_product_attention(q, k, v, kind="relu", alpha=alpha)
+        return numpy_interop.dot_product_attention(q, k, v, kind="relu", alpha=alpha)
 
-    assert "reluattn.numpy_backend.multihead_attention.dot_product_attention" in message_of(
+    assert "reluattn.numpy_backend.interop.dot_product_attention" in message_of(
         grading.check_relu_attention, drop_in)
 
     def blocked(q, k, v, block_size):  # (..., T, Dh) heads first: the drop-in wants (B, T, N, H)
-        return numpy_attention.dot_product_attention(q.swapaxes(-2, -3), k.swapaxes(-2, -3), v.swapaxes(-2, -3),
+        return numpy_interop.dot_product_attention(q.swapaxes(-2, -3), k.swapaxes(-2, -3), v.swapaxes(-2, -3),
                                                      kind="relu").swapaxes(-2, -3)
 
     assert "dot_product_attention" in message_of(grading.check_blocked_relu_attention, blocked)

@@ -19,7 +19,7 @@ from reluattn import numpy_backend
 from reluattn.config import ATTENTION_KINDS, AttentionConfig, ViTConfig
 from reluattn.jax_backend import attention, attention_fn, dot_product_attention
 from reluattn.jax_backend import model as jax_model
-from reluattn.jax_backend import multihead_attention
+from reluattn.jax_backend import interop
 from reluattn.testing import compiling, relative_error
 
 # Example counts: every example runs the drop-in on a new kind, alpha or shape, and what is new compiles (the
@@ -140,14 +140,14 @@ def test_sequence_lengths_and_windows_match_jax_nn_for_softmax():
 
 def test_implementation_none_picks_the_blocked_kernel_for_long_plain_inputs_only(monkeypatch):
     calls = []
-    real_blocked = multihead_attention.blocked_attention
+    real_blocked = interop.blocked_attention
 
     def recording(*args, **kwargs):
         calls.append(args[0].shape)
         return real_blocked(*args, **kwargs)
 
-    monkeypatch.setattr(multihead_attention, "blocked_attention", recording)
-    long = multihead_attention.BLOCKED_FROM_KEYS
+    monkeypatch.setattr(interop, "blocked_attention", recording)
+    long = interop.BLOCKED_FROM_KEYS
     q, k, v = random_qkv((1, long, 1, 4))
     out = dot_product_attention(q, k, v, is_causal=True)
     assert calls == [(1, long, 1, 4)]

@@ -25,5 +25,5 @@ def test_importing_the_study_leaves_the_process_alone():
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["backend"] == "svg" and not report["environment_changed"]
     # the run folder's files and lock, nothing of the trainer itself
-    assert set(report["training"]) <= {"reluattn.training", "reluattn.training.files",
+    assert set(report["training"]) <= {"reluattn.training", "reluattn.training.files", "reluattn.training.folder_lock",
                                        "reluattn.training.run_folder"}, report["training"]

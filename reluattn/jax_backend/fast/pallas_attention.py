@@ -14,7 +14,7 @@ neither, so each program keeps one (bq, Dh) tile of queries and adds up `h(s) v`
 with c = scale * L^-alpha. The backward recomputes the scores; nothing of size L x L is ever stored.
 Matmul inputs are the inputs' dtype (bfloat16 for speed), sums are float32. Supported: the point-wise
 kinds below, without causal masks, L a multiple of the block sizes and Dh a power of two >= 16.
-This module is optional: only the drop-in dot_product_attention (multihead_attention.py) imports it, on a
+This module is optional: only the drop-in dot_product_attention (interop.py) imports it, on a
 GPU, and the CPU paths never need it.
 Why it exists, measured: docs/performance.md, "On a GPU: one NVIDIA H200" > "Attention on the GPU, and a
 Pallas kernel for relu/L".
