@@ -98,11 +98,20 @@ def flag(default, help: str, *, name: str | None = None, metavar: str | None = N
                                             "group": group})
 
 
+def _as_json_types(value):
+    if isinstance(value, dict):
+        return {key: _as_json_types(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_as_json_types(item) for item in value]
+    return value
+
+
 class JsonConfig:
     """`to_dict` / `from_dict` / `to_json` / `from_json`, shared by the config classes."""
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The fields as JSON's types: nested configs as dicts, tuples as lists."""
+        return _as_json_types(dataclasses.asdict(self))
 
     @classmethod
     def from_dict(cls, data: dict):
