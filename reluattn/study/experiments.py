@@ -20,8 +20,8 @@ A cell is one model/recipe (a set of `reluattn train` flags) and its grid coordi
     gpu     the cpu scale's recipe and budget (10 epochs on the same 40,000 images, the same splits, each kind at
             its lr-grid learning rate, 3 seeds, 20 for relu / L vs softmax) on one GPU, where models too large for
             two CPU cores train in seconds: the scaling ladder goes up to ViT 192 x 8. Fixed on 2026-11-27
-            before its first run, from one probe of the H200's speed (a 64x4 epoch at 65 tokens: 13 s
-            alone, 12 runs at once in 23 s).
+            before its first run, from one probe of the H200's speed (12 one-epoch 64x4 runs at 65 tokens
+            at once: 23 s in all, 12.9 s of training each).
 
 Margins of the equivalence tests ("matches", "equivalent") are fixed here, in accuracy points, before any
 run of the scale they judge; the pilot's were written after its runs were seen (say so when quoting them).

@@ -30,19 +30,6 @@ PADS_QUERIES = ("causal", "window")
 # shape compiles the drop-in's operations again.
 SHAPES = [(1, 1, 2, 1, 1, 3), (2, 4, 3, 1, 2, 4), (1, 5, 1, 2, 1, 2)]
 few = settings(compiling, max_examples=4)
-fewer = settings(compiling, max_examples=2)  # the blocked kernel compiles again for every draw (~3 s each)
-
-
-@contextlib.contextmanager
-def small_tiles(implementation, queries=2, keys=3):
-    """The drop-in's blocked kernel in tiles of 2 queries x 3 keys, so that the padding straddles tiles and
-    whole tiles are skipped (its defaults, 1024 each, would hold these short sequences in one tile)."""
-    if implementation != "blocked":
-        yield
-        return
-    with (mock.patch.object(long_sequences, "DEFAULT_BLOCK_SIZE", keys),
-          mock.patch.object(blocked_attention, "DEFAULT_QUERY_BLOCK_SIZE", queries)):
-        yield
 fewer = settings(compiling, max_examples=3)  # the blocked kernel compiles its loops again for each draw
 
 
