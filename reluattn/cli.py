@@ -241,13 +241,20 @@ def _command_sweep(args) -> int:
     import shlex
     from pathlib import Path
     from .study.experiments import DEFAULT_SEEDS, train_arguments
-    from .study.sweep import report_sweep, run_sweep, select_cells
+    from .study.sweep import read_cell_record, report_sweep, run_dir_of, run_sweep, select_cells
     scale = args.scale or "cpu"
     out = Path(args.out or os.path.join("sweeps", f"{args.experiment}-{scale}"))
     if args.list:
         try:
-            for cell in select_cells(args.experiment, scale, args.cells):
-                print(f"{cell.name}: {shlex.join(['reluattn', 'train', *train_arguments(cell, 0)])}", flush=True)
+            cells = select_cells(args.experiment, scale, args.cells)
+            seeds = {cell.name: max(args.seeds or DEFAULT_SEEDS[scale], cell.seeds or 0) for cell in cells}
+            for cell in cells:
+                print(f"{cell.name} ({seeds[cell.name]} seeds): "
+                      f"{shlex.join(['reluattn', 'train', *train_arguments(cell, 0)])}", flush=True)
+            done = sum((read_cell_record(run_dir_of(out, cell.name, seed)) or {}).get("status") == "done"
+                       for cell in cells for seed in range(seeds[cell.name]))
+            print(f"{args.experiment} at scale {scale}: {len(cells)} cells, {sum(seeds.values())} runs planned, "
+                  f"{done} finished in {out}", flush=True)
         except BrokenPipeError:  # `--list | head`: the reader has seen enough
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
         return 0
