@@ -172,7 +172,7 @@ def test_learned_alpha_and_gamma_are_logged_per_step_and_per_validation(data, tm
 
 def test_token_keep_is_stored_validated_and_survives_json():
     config = config_from("--token-keep", "0.25", "1")
-    assert config.token_keep == (0.25, 1.0) and get_preset("cpu-fast").token_keep == (1.0,)
+    assert config.token_keep == (0.25, 1.0) and get_preset("cpu-small").token_keep == (1.0,)
     assert TrainConfig.from_json(config.to_json()) == config
     older = {key: value for key, value in config.to_dict().items() if key != "token_keep"}
     assert train_config_from_dict(older).token_keep == (1.0,)  # a checkpoint from before the field

@@ -62,6 +62,7 @@ def test_make_train_uses_cpu_fast():
     fast = PRESETS["cpu-fast"]
     assert fast.test_split == 5000 and fast.val_split == 5000 and fast.model.pool == "gap"
     assert fast.model.attention.kind == "relu" and fast.compute_dtype == "auto"
+    assert fast.token_keep == (0.5,)  # each training step keeps half of the 64 patch tokens
 
 
 @pytest.mark.parametrize("change, field", [
