@@ -18,7 +18,7 @@ t0=$(date +%s)
 for i in $(seq 1 12); do python3 -m reluattn train $S --epochs 1 --seed $i --data $D --out /tmp/par$i > /tmp/par$i.log 2>&1 & done; wait
 echo "par12 $(( $(date +%s)-t0 )) s"; tail -2 /tmp/par1.log
 # gpu-fast candidates: 300 steps each, batch 512
-G="--preset cpu-fast --no-progress --val-split 5000 --test-split 5000 --steps 300 --warmup-steps 20 --batch-size 512 --compute-dtype bfloat16 --eval-every 100000 --checkpoint-every 100000 --pool gap --patch-size 4"
+G="--preset cpu-fast --token-keep 1 --no-progress --val-split 5000 --test-split 5000 --steps 300 --warmup-steps 20 --batch-size 512 --compute-dtype bfloat16 --eval-every 100000 --checkpoint-every 100000 --pool gap --patch-size 4"
 for shape in "256 6 4 512" "192 12 3 768" "384 8 6 1152" "192 8 3 384"; do set -- $shape
   t0=$(date +%s); python3 -m reluattn train $G --dim $1 --depth $2 --heads $3 --mlp-dim $4 --data $D --out /tmp/g$1x$2 > $OUT/g$1x$2.log 2>&1
   echo "shape $shape rc=$? $(( $(date +%s)-t0 )) s"; grep "img/s" $OUT/g$1x$2.log | tail -2; grep -o "\"flops_per_image\": [0-9]*" /tmp/g$1x$2/summary.json; done
