@@ -240,14 +240,14 @@ def _sweep_parser(commands) -> None:
 def _command_sweep(args) -> int:
     import shlex
     from pathlib import Path
-    from .study.experiments import DEFAULT_SEEDS, train_arguments
+    from .study.experiments import DEFAULT_SEEDS, seeds_of, train_arguments
     from .study.sweep import read_cell_record, report_sweep, run_dir_of, run_sweep, select_cells
     scale = args.scale or "cpu"
     out = Path(args.out or os.path.join("sweeps", f"{args.experiment}-{scale}"))
     if args.list:
         try:
             cells = select_cells(args.experiment, scale, args.cells)
-            seeds = {cell.name: max(args.seeds or DEFAULT_SEEDS[scale], cell.seeds or 0) for cell in cells}
+            seeds = {cell.name: seeds_of(cell, args.seeds or DEFAULT_SEEDS[scale]) for cell in cells}
             for cell in cells:
                 print(f"{cell.name} ({seeds[cell.name]} seeds): "
                       f"{shlex.join(['reluattn', 'train', *train_arguments(cell, 0)])}", flush=True)

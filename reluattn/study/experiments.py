@@ -73,6 +73,11 @@ def cells_of(experiment: str, scale: str) -> list[Cell]:
                  cell.seeds) for cell in cells]
 
 
+def seeds_of(cell: Cell, seeds: int) -> int:
+    """How many seeds `cell` runs when a sweep asks for `seeds`: that many, or the cell's own where it asks more."""
+    return max(seeds, cell.seeds or 0)
+
+
 def value_column(scale: str) -> str:
     """The accuracy a scale's verdicts rest on: the held-out test split's where the scale carves one (nothing
     is chosen on it), else the best validation accuracy (the pilot, smoke)."""

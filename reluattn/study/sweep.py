@@ -37,7 +37,7 @@ from ..training.files import TEMPORARY_MARK, write_atomically
 from ..training.run_folder import (CELL_RECORD, CONFIG_COPY, FEWSHOT, TRAIN_LOG, RunFolderError, RunFolderLock,
                                    remove_our_files)
 from .cell_process import STOP_SIGNALS, Child, open_log, run_child, stop_requested
-from .experiments import EXPERIMENTS, FEWSHOT_SHOTS, cells_of, train_arguments
+from .experiments import EXPERIMENTS, FEWSHOT_SHOTS, cells_of, seeds_of, train_arguments
 from .sweep_folder import is_stale, use_sweep_folder
 
 # What a run directory may hold before its first checkpoint; a cell restarted from scratch removes only these.
@@ -214,8 +214,8 @@ def run_sweep(experiment: str, *, scale: str = "cpu", seeds: int = 2, out, data:
     with use_sweep_folder(out, experiment, scale):
         # Seed-major: a sweep cut short still has the whole grid at its first seeds. A headline cell (relu / L
         # against softmax) runs at least its own number of seeds.
-        jobs = [(cell, seed) for seed in range(max([seeds] + [cell.seeds or 0 for cell in cells]))
-                for cell in cells if seed < max(seeds, cell.seeds or 0)]
+        jobs = [(cell, seed) for seed in range(max(seeds_of(cell, seeds) for cell in cells))
+                for cell in cells if seed < seeds_of(cell, seeds)]
         records = {(c.name, s): read_cell_record(run_dir_of(out, c.name, s)) for c, s in jobs}
         _refuse_stale_runs(out, experiment, scale, jobs, records)
         pending = [(c, s) for c, s in jobs if (records[c.name, s] or {}).get("status") != "done"]
