@@ -18,7 +18,9 @@ disagrees when more than half do), "none-best" (agrees unless one cell is resolv
 of its length). Anything else is "inconclusive"; a claim whose setting the grid does not reach is "not
 tested in the paper's setting" whatever its comparisons say. A claim gets no verdict while any of its
 comparisons lacks runs (a cell not run, or run at fewer seeds than the grid plans): the rows show the
-interim numbers, marked so, and the verdict waits for the whole design.
+interim numbers, marked so, and the verdict waits for the whole design. The Holm family is always the
+experiment's whole plan (a comparison not tested yet counts as p = 1), and a claim judged before the rest of
+its experiment has run is marked provisional: the pooled spread may still move.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from .records import DEFAULT_SEEDS
 from .statistics import aggregate, contrast, holm, holm_adjusted, pooled_spread, slope
 
 LEVEL = 0.95
+PROVISIONAL = " (provisional: other cells of the experiment still lack runs, so its pooled spread may change)"
 
 
 def _flops(rows: list[dict], cell: str) -> float | None:
@@ -131,10 +134,13 @@ def judge(experiment: str, rows: list[dict], scale: str) -> dict:
             if short:
                 entry["short"] = short  # interim: fewer seeds than planned
         results.append(entry)
-    tested = [r for r in results if "missing" not in r]
-    for entry, rejected, adjusted in zip(tested, holm([r["p_value"] for r in tested], 1 - LEVEL),
-                                         holm_adjusted([r["p_value"] for r in tested])):
-        entry["p_holm"], entry["rejected"] = adjusted, rejected
+    # The Holm family is every planned comparison: one not tested yet counts as p = 1, so an interim
+    # rejection stays a rejection as the rest of the design arrives.
+    family = [r.get("p_value", 1.0) for r in results]
+    for entry, rejected, adjusted in zip(results, holm(family, 1 - LEVEL), holm_adjusted(family)):
+        if "missing" not in entry:
+            entry["p_holm"], entry["rejected"] = adjusted, rejected
+    whole = all("missing" not in r and "short" not in r for r in results)
     claims = []
     for index, claim in enumerate(EXPERIMENTS[experiment].claims):
         mine = [(p, r) for (i, p), r in zip(planned, results) if i == index and "missing" not in r]
@@ -146,7 +152,8 @@ def judge(experiment: str, rows: list[dict], scale: str) -> dict:
         claims.append({"quote": claim.quote, "source": claim.source, "rule": claim.rule, "scope": claim.scope,
                        "tested": len(readings), "planned": designed, "complete": complete,
                        "supports": readings.count("supports"), "contradicts": readings.count("contradicts"),
-                       "verdict": _verdict(claim, readings, [p for p, _ in mine], complete, designed)})
+                       "verdict": _verdict(claim, readings, [p for p, _ in mine], complete, designed)
+                       + ("" if whole or complete < designed else PROVISIONAL)})
     return {"value": value, "pooled_sd": sd, "pooled_df": df, "level": LEVEL, "comparisons": results,
             "claims": claims}
 

@@ -147,3 +147,22 @@ def test_a_claim_waits_for_every_planned_seed_and_cell():
     assert result["claims"][0]["verdict"] == "no verdict yet (0 of 12 comparisons have all their planned runs)"
     half = [r for r in full if r["cell"].startswith("t17")]
     assert judge("alpha-sweep", half, "cpu")["claims"][0]["verdict"].startswith("no verdict yet (6 of 12")
+
+
+def test_the_holm_family_is_the_whole_plan_and_an_early_verdict_is_provisional():
+    """Untested comparisons count as p = 1 in the Holm family; a claim judged before its experiment is whole
+    is marked provisional."""
+    full = _alpha_rows(0.45, 0.38, value="test_accuracy", seeds=20)
+    headline = [r for r in full if r["cell"] in ("t17-softmax", "t17-relu-a1", "t65-softmax", "t65-relu-a1")]
+    result = judge("alpha-sweep", headline, "cpu")
+    planned = len(planned_comparisons("alpha-sweep", "cpu"))
+    tested = [c for c in result["comparisons"] if "missing" not in c]
+    assert len(tested) == 2 and planned > 60  # relu / L minus softmax at 17 and 65 tokens, nothing else
+    smallest = min(tested, key=lambda c: c["p_value"])
+    assert smallest["p_holm"] == pytest.approx(min(1.0, planned * smallest["p_value"]))
+    match = result["claims"][4]
+    assert match["complete"] == match["planned"] == 2 and match["verdict"].endswith("(provisional: other cells "
+                                                                                    "of the experiment still lack "
+                                                                                    "runs, so its pooled spread "
+                                                                                    "may change)")
+    assert "provisional" not in judge("alpha-sweep", full, "cpu")["claims"][4]["verdict"]
