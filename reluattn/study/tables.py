@@ -28,10 +28,12 @@ def _row(entry: dict) -> str:
 
 def verdicts_markdown(result: dict) -> str:
     """The Markdown of one experiment's verdicts (`result`: write_report's results.json content)."""
+    planned, tested = len(result["comparisons"]), sum("p_holm" in c for c in result["comparisons"])
+    family = f"{planned} planned comparisons" + ("" if tested == planned else
+                                                  f", {tested} run so far and the rest counted as p = 1")
     lines = [] if not result["claims"] else [f"Accuracy judged: `{result['value']}`, in points. Seed spread pooled over the experiment's "
              f"cells: {_spread(result)}. p: two-sided t-test (or TOST against the margin); Holm: adjusted "
-             f"within the experiment's {sum('p_holm' in c for c in result['comparisons'])} planned comparisons "
-             f"(family-wise 5 %).", ""]
+             f"within the experiment's {family} (family-wise 5 %).", ""]
     if result.get("exploration"):
         lines += [f"*Exploration, no claim tested:* {result['exploration']}.", ""]
     if result.get("chosen_learning_rates"):

@@ -166,3 +166,5 @@ def test_the_holm_family_is_the_whole_plan_and_an_early_verdict_is_provisional()
                                                                                     "runs, so its pooled spread "
                                                                                     "may change)")
     assert "provisional" not in judge("alpha-sweep", full, "cpu")["claims"][4]["verdict"]
+    from reluattn.study.tables import verdicts_markdown
+    assert f"{planned} planned comparisons, 2 run so far and the rest counted as p = 1" in verdicts_markdown(result)
