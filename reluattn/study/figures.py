@@ -20,11 +20,14 @@ def _series(cells: dict, x_key: str, series_key: str, **where) -> dict:
     return {name: sorted(points) for name, points in series.items()}
 
 
-def _plot_series(ax, series: dict, label_format="{}") -> None:
-    """One line per series, each with its palette colour, marker and line style (not colour alone)."""
-    for index, (name, points) in enumerate(sorted(series.items(), key=lambda item: str(item[0]))):
+def _plot_series(ax, series: dict, label_format="{}", names=None) -> None:
+    """One line per series, each with its palette colour, marker and line style (not colour alone); `names`
+    (all series of the figure, sorted) keeps a series' style the same in every panel."""
+    names = names or sorted(series, key=str)
+    for name, points in sorted(series.items(), key=lambda item: str(item[0])):
         xs, means, stds = zip(*points)
-        ax.errorbar(xs, means, yerr=stds, capsize=3, label=label_format.format(name), **palette.series(index))
+        ax.errorbar(xs, means, yerr=stds, capsize=3, label=label_format.format(name),
+                    **palette.series(names.index(name)))
 
 
 def _reference(ax, cells: dict, **where) -> None:
@@ -66,9 +69,10 @@ def _accuracy_axis(ax, value: str, xlabel: str) -> None:
 def alpha_figure(rows, path, title, value="best_val_accuracy"):
     cells = aggregate(rows, value)
     lengths = sorted({c["labels"]["tokens"] for c in cells.values() if c["labels"].get("tokens")})
+    kinds = sorted({c["labels"]["kind"] for c in cells.values() if c["labels"].get("alpha") is not None}, key=str)
     fig, axes = _figure(1, max(len(lengths), 1), figsize=(6 * max(len(lengths), 1), 4.5), squeeze=False)
     for ax, tokens in zip(axes[0], lengths):
-        _plot_series(ax, _series(cells, "alpha", "kind", tokens=tokens))
+        _plot_series(ax, _series(cells, "alpha", "kind", tokens=tokens), names=kinds)
         _reference(ax, cells, tokens=tokens)
         _accuracy_axis(ax, value, "alpha (weights divided by L^alpha)")
         ax.set_title(f"{tokens} tokens")

@@ -261,3 +261,15 @@ def test_a_figure_with_nothing_labelled_draws_without_a_legend_warning(tmp_path)
         warnings.simplefilter("error")
         path = FIGURES["slots"]([], tmp_path / "empty.png", "empty")
     assert path.stat().st_size > 1000
+
+
+def test_a_kind_keeps_its_colour_in_every_panel():
+    """A panel that has fewer kinds (65 tokens while only relu has run) still draws relu in relu's colour."""
+    from matplotlib.figure import Figure
+    from reluattn import palette
+    from reluattn.study.figures import _plot_series
+    axes = Figure().subplots(1, 2)
+    _plot_series(axes[0], {"gelu": [(1.0, 0.5, 0.0)], "relu": [(1.0, 0.5, 0.0)]})
+    _plot_series(axes[1], {"relu": [(1.0, 0.5, 0.0)]}, names=["gelu", "relu"])
+    colours = [ax.get_legend_handles_labels()[0][-1].lines[0].get_color() for ax in axes]
+    assert colours == [palette.series(1)["color"]] * 2
