@@ -118,6 +118,8 @@ def run_cell(experiment: str, cell, seed: int, run_dir: Path, data: str | None, 
         arguments = ["train", "--out", str(run_dir), *data_flags, *train_arguments(cell, seed)]
     record["command"] = shlex.join(["reluattn", "train", "--out", str(run_dir), *data_flags,
                                     *train_arguments(cell, seed)])
+    if resume:  # keep the command that started the run: this sweep may have been given another (or no) --data
+        record["command"] = (read_cell_record(run_dir) or {}).get("command", record["command"])
     write_json_atomically(run_dir / CELL_RECORD, record)
     started = time.time()
     try:

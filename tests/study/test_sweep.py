@@ -213,11 +213,15 @@ def test_ctrl_c_waits_for_the_cells_checkpoint_marks_it_interrupted_and_a_rerun_
     log = (run_dir / "train.log").read_text()
     assert "stopped by SIGINT" in log and "checkpoint saved" in log and "interrupted at once" not in log, log
 
-    rerun = _sweep(common, cache)
+    started_with = json.loads((run_dir / "cell.json").read_text())["command"]
+    without_data = [a for a in common if a not in ("--data", dataset)]  # the trainer resumes from its config
+    rerun = _sweep(without_data, cache)
     output = rerun.communicate(timeout=600)[0]
     assert rerun.returncode == 0 and "1 run, 0 skipped, 0 failed" in output, output
     assert "resuming" in (run_dir / "train.log").read_text()
-    assert json.loads((run_dir / "cell.json").read_text())["status"] == "done"
+    record = json.loads((run_dir / "cell.json").read_text())
+    assert record["status"] == "done"
+    assert record["command"] == started_with and "--data" in started_with  # the command that trained it
 
 
 def test_a_failed_cell_is_reported_and_the_others_run(dataset, cache, tmp_path, monkeypatch):
