@@ -4,18 +4,28 @@
 #   DATA=path/to/cifar10-train.zip OUT=/tmp/gpu-study DEADLINE=425 JOBS=20 bash benchmarks/device/gpu_study.sh
 # Lesson of that day: 20 processes on a 16-core host spent most of their time compiling side by side
 # (90-180 s for a 17-token run); use JOBS <= 8 and let the first cell of each shape fill the compilation cache.
+# 2026-11-28: PLAN="scaling:cpu" runs one sweep folder per cell of the named experiment:scale pairs instead
+# (the cpu-scale scaling cells, largest first), with JAX's compilation cache shared between a cell's seeds:
+#   PLAN=scaling:cpu DEADLINE=540 JOBS=8 bash benchmarks/device/gpu_study.sh
 # The sweeps on one GPU, many cells at once, each group of cells a resumable sweep folder;
 # stopped at a deadline, the finished runs' logs (no checkpoints) packed into $OUT.
-DEADLINE=${DEADLINE:-430}; JOBS=${JOBS:-20}; SCALE_A=${SCALE_A:-cpu}; SCALE_S=${SCALE_S:-gpu}; EXTRA=${EXTRA:-}
+DEADLINE=${DEADLINE:-430}; JOBS=${JOBS:-20}; PLAN=${PLAN:-}; SCALE_A=${SCALE_A:-cpu}; SCALE_S=${SCALE_S:-gpu}; EXTRA=${EXTRA:-}
 export PYTHONPATH=$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false RELUATTN_CACHE=/tmp/rcache PYTHONUNBUFFERED=1
+export JAX_COMPILATION_CACHE_DIR=/tmp/xla JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0
 D=${DATA:-.gpu/cifar10-train.zip}; OUT=${OUT:-/tmp/gpu-study}; mkdir -p $OUT; R=${R:-/tmp/study}; mkdir -p $R; T0=$(date +%s)
 nvidia-smi -L 2>/dev/null; lscpu | grep "Model name"; git log -1 --format=%H 2>/dev/null
 python3 -m reluattn train --preset cpu-small --data $D --steps 2 --warmup-steps 0 --out $R/warm-run --no-progress $EXTRA > $R/warm.log 2>&1 || { cat $R/warm.log; exit 1; }
 echo "cache warm after $(( $(date +%s)-T0 )) s"
-python3 - "$SCALE_A" "$SCALE_S" > $R/jobs.txt <<'PY'
+python3 - "$SCALE_A" "$SCALE_S" "$PLAN" > $R/jobs.txt <<'PY'
 import sys
 from reluattn.study.experiments import cells_of
-scale_a, scale_s = sys.argv[1:3]
+scale_a, scale_s, plan = sys.argv[1:4]
+if plan:                                                 # one folder per cell, the largest first
+    for pair in plan.split():
+        exp, scale = pair.split(":")
+        for cell in cells_of(exp, scale)[::-1]:
+            print(f"{exp} {scale} {exp}-{cell.name} {cell.name}")
+    sys.exit()
 for cell in cells_of("scaling", scale_s)[::-1]:          # the largest first: they take longest
     print(f"scaling {scale_s} scaling-{cell.name} {cell.name}")
 cells = [c.name for c in cells_of("alpha-sweep", scale_a)]
@@ -36,6 +46,6 @@ if kill -0 $XPID 2>/dev/null; then echo "deadline: stopping the sweeps at $(( $(
 wait 2>/dev/null
 echo "done runs: $(grep -l '"status": "done"' $R/*/*/seed*/cell.json | wc -l) after $(( $(date +%s)-T0 )) s"
 grep -h '"status": "failed"' -A3 $R/*/*/seed*/cell.json | head -20
-tail -n 3 $R/alpha-sweep-g00.log $R/scaling-d192x8-relu.log
+tail -n 2 $R/*.log
 nvidia-smi --query-gpu=name,memory.used,utilization.gpu --format=csv 2>/dev/null
 cd $R && tar czf $OUT/study.tar.gz --exclude=checkpoints --exclude='*.lock' . && ls -la $OUT
