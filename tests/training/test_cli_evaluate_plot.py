@@ -51,6 +51,19 @@ def test_evaluate_json_matches_a_direct_computation(runs, data, capsys):
     assert result["loss"] == pytest.approx(loss, rel=1e-4)
 
 
+def test_evaluate_without_data_reads_the_dataset_the_run_was_trained_on(runs, data, capsys):
+    """No --data and no RELUATTN_DATA (the module's environment): the run's own data path, not a download.
+    A sweep resumed without --data scores its few-shot probe this way."""
+    relu, _ = runs
+    scores = []
+    for argv in (["--data", str(data)], []):
+        capsys.readouterr()
+        assert main(["evaluate", "--checkpoint", str(relu), "--split", "val", "--fewshot", "1", "--json", *argv]) == 0
+        scores.append(json.loads(capsys.readouterr().out))
+    assert scores[0]["error"] is None and scores[0]["n"] == 12
+    assert scores[1] == scores[0]
+
+
 def test_evaluate_val_is_the_runs_held_out_split(runs, data, capsys):
     for run in runs:
         capsys.readouterr()
