@@ -5,7 +5,7 @@
 # Lesson of that day: 20 processes on a 16-core host spent most of their time compiling side by side
 # (90-180 s for a 17-token run); use JOBS <= 8 and let the first cell of each shape fill the compilation cache.
 # 2026-11-28: PLAN="scaling:cpu" runs one sweep folder per cell of the named experiment:scale pairs instead
-# (the cpu-scale scaling cells, largest first), with JAX's compilation cache shared between a cell's seeds:
+# (the cpu-scale scaling cells, largest first; JAX_COMPILATION_CACHE_DIR only moves the cache a sweep keeps anyway):
 #   PLAN=scaling:cpu DEADLINE=540 JOBS=8 bash benchmarks/device/gpu_study.sh
 # The sweeps on one GPU, many cells at once, each group of cells a resumable sweep folder;
 # stopped at a deadline, the finished runs' logs (no checkpoints) packed into $OUT.

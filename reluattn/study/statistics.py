@@ -4,6 +4,7 @@
     holm(p_values)                     which of a family of tests reject, Holm-Bonferroni
     equivalent(a, b, margin)           is |mean(b) - mean(a)| < margin? two one-sided tests (TOST)
     pooled_spread(cells)               the seed-to-seed standard deviation pooled over an experiment's cells
+    spread_check(cells)                which cells' spread differs from the rest's (the pooled test's assumption)
 
 `a` and `b` are the accuracies of two cells over their seeds (sequences of floats). Why a pooled spread:
 with 2-3 seeds a cell's own standard deviation is itself very uncertain (one degree of freedom at n = 2), and
@@ -182,6 +183,32 @@ def pooled_spread(groups) -> tuple[float | None, int]:
     return (math.sqrt(squares / df), df) if df else (None, 0)
 
 
+def spread_check(cells: dict, level: float = 0.05) -> list[dict]:
+    """The pooled test's assumption, checked: is a cell's seed spread larger than the rest's? For each cell of
+    >= 2 seeds, the one-sided F test of its variance against the variance pooled over the other cells,
+    Holm-corrected over the cells. One-sided because a noisier cell is what the pooled test gets wrong (its
+    intervals too narrow); a quieter one only makes it conservative. One record per cell: {"cell", "sd",
+    "others_sd", "ratio" (sd / others_sd), "p", "p_holm", "differs" (Holm-rejected at level)}. A diagnostic
+    beside the verdicts, not a verdict: F is sensitive to heavy tails as well as to spread."""
+    named = {name: np.asarray(values, dtype=float).ravel() for name, values in cells.items()}
+    records = []
+    for name, values in named.items():
+        others_sd, others_df = pooled_spread([v for other, v in named.items() if other != name])
+        if values.size < 2 or others_sd is None:
+            continue
+        sd = float(values.std(ddof=1))
+        if others_sd == 0:
+            p = 1.0 if sd == 0 else 0.0
+        else:
+            p = float(stats.f.sf((sd / others_sd) ** 2, values.size - 1, others_df))
+        records.append({"cell": name, "sd": sd, "others_sd": others_sd,
+                        "ratio": sd / others_sd if others_sd else math.inf, "p": p})
+    for record, adjusted, rejected in zip(records, holm_adjusted([r["p"] for r in records]),
+                                          holm([r["p"] for r in records], level)):
+        record.update(p_holm=adjusted, differs=rejected)
+    return records
+
+
 def power(difference: float, sd: float, n: int, df: float, level: float = 0.95) -> float:
     """The chance that the pooled two-sided t-test at `level` resolves a true `difference` between two cells
     of `n` seeds each, with seed spread `sd` and `df` degrees of freedom (noncentral t)."""
@@ -205,4 +232,4 @@ def aggregate(rows: list[dict], value: str = "best_val_accuracy") -> dict:
 
 
 __all__ = ["Comparison", "LABEL_COLUMNS", "aggregate", "compare", "contrast", "equivalent", "holm", "holm_adjusted",
-           "pooled_spread", "power", "slope"]
+           "pooled_spread", "power", "slope", "spread_check"]

@@ -34,6 +34,7 @@ def verdicts_markdown(result: dict) -> str:
     lines = [] if not result["claims"] else [f"Accuracy judged: `{result['value']}`, in points. Seed spread pooled over the experiment's "
              f"cells: {_spread(result)}. p: two-sided t-test (or TOST against the margin); Holm: adjusted "
              f"within the experiment's {family} (family-wise 5 %).", ""]
+    lines += _spread_check(result)
     if result.get("exploration"):
         lines += [f"*Exploration, no claim tested:* {result['exploration']}.", ""]
     if result.get("chosen_learning_rates"):
@@ -49,6 +50,41 @@ def verdicts_markdown(result: dict) -> str:
         lines += ["", f"**Verdict: {claim['verdict']}** ({claim['tested']} of {claim['planned']} comparisons "
                       f"tested; rule \"{claim['rule']}\").", ""]
     return "\n".join(lines)
+
+
+def _spread_check(result: dict) -> list[str]:
+    """The paragraph on the pooled test's assumption (one seed spread in every cell), from spread_check."""
+    check = result.get("spread_check") or []
+    if not check or not result["claims"]:
+        return []
+    test = f"one-sided F test of each cell's spread against the other cells', Holm over {len(check)} cells"
+    noisy = [r for r in check if r["differs"]]
+    if not noisy:
+        widest = max(check, key=lambda r: r["ratio"])
+        return [f"Spread check: no cell's seeds spread resolvably more than the other cells' ({test}; the widest, "
+                f"`{widest['cell']}`, {widest['ratio']:.1f}× the rest's), as the pooled test assumes.", ""]
+    cells = "; ".join(f"`{r['cell']}` {100 * r['sd']:.2f} points against {100 * r['others_sd']:.2f} (Holm p "
+                      f"{r['p_holm']:.2g})" for r in noisy)
+    count = "one cell spreads" if len(noisy) == 1 else f"{len(noisy)} cells spread"
+    lines = [f"**Spread check:** the pooled test assumes one seed spread in every cell, but {count} "
+             f"resolvably more than the rest ({test}): {cells}. The pooled "
+             f"intervals of {'its' if len(noisy) == 1 else 'their'} comparisons are too narrow. Welch's test, "
+             f"which does not pool (a check beside the planned test; the verdicts stay the planned test's):", ""]
+    checked = [entry for entry in result["comparisons"] if entry.get("welch")]
+    for entry in checked:
+        welch = _as_result({**entry["welch"]})
+        low, high = contrast_interval(welch)
+        test_name = "TOST" if welch.margin else "t"
+        where = ""
+        if welch.margin:
+            outside = low > welch.margin or high < -welch.margin
+            where = (f"; the interval lies wholly outside ±{100 * welch.margin:g}" if outside else
+                     f"; the interval reaches within ±{100 * welch.margin:g}")
+        lines.append(f"- {entry['question']}: {_points(welch.difference)} [{_points(low)}, {_points(high)}], "
+                     f"{test_name} p {welch.p_value:.2g}, {welch.df:.1f} df{where}")
+    if not checked:
+        lines.append("- (none of the planned comparisons sets such a cell against a single other cell)")
+    return lines + [""]
 
 
 def _spread(result: dict) -> str:

@@ -20,7 +20,9 @@ tested in the paper's setting" whatever its comparisons say. A claim gets no ver
 comparisons lacks runs (a cell not run, or run at fewer seeds than the grid plans): the rows show the
 interim numbers, marked so, and the verdict waits for the whole design. The Holm family is always the
 experiment's whole plan (a comparison not tested yet counts as p = 1), and a claim judged before the rest of
-its experiment has run is marked provisional: the pooled spread may still move.
+its experiment has run is marked provisional: the pooled spread may still move. Beside the verdicts, the
+pooled test's assumption is checked (statistics.spread_check): where a cell's seeds spread resolvably more
+than the rest's, its one-to-one comparisons also get Welch's test, which does not pool, as a check.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import math
 
 from .experiments import EXPERIMENTS, cells_of, planned_comparisons, seeds_of, value_column
 from .records import DEFAULT_SEEDS
-from .statistics import aggregate, contrast, holm, holm_adjusted, pooled_spread, slope
+from .statistics import aggregate, compare, contrast, equivalent, holm, holm_adjusted, pooled_spread, slope, spread_check
 
 LEVEL = 0.95
 PROVISIONAL = " (provisional: other cells of the experiment still lack runs, so its pooled spread may change)"
@@ -140,6 +142,8 @@ def judge(experiment: str, rows: list[dict], scale: str) -> dict:
     for entry, rejected, adjusted in zip(results, holm(family, 1 - LEVEL), holm_adjusted(family)):
         if "missing" not in entry:
             entry["p_holm"], entry["rejected"] = adjusted, rejected
+    check = spread_check({name: cell["values"] for name, cell in cells.items()})
+    _add_welch(planned, results, cells, {r["cell"] for r in check if r["differs"]})
     whole = all("missing" not in r and "short" not in r for r in results)
     claims = []
     for index, claim in enumerate(EXPERIMENTS[experiment].claims):
@@ -155,7 +159,20 @@ def judge(experiment: str, rows: list[dict], scale: str) -> dict:
                        "verdict": _verdict(claim, readings, [p for p, _ in mine], complete, designed)
                        + ("" if whole or complete < designed else PROVISIONAL)})
     return {"value": value, "pooled_sd": sd, "pooled_df": df, "level": LEVEL, "comparisons": results,
-            "claims": claims}
+            "claims": claims, "spread_check": check}
+
+
+def _add_welch(planned, results, cells, noisy: set) -> None:
+    """Beside each one-cell-against-one-cell comparison that involves a cell whose seeds spread more than the
+    rest's (spread_check), the same test without pooling (Welch): a check on the planned one, not a verdict."""
+    for (_, p), entry in zip(planned, results):
+        if "missing" in entry or p.kind == "slope" or len(p.a) != 1 or len(p.b) != 1 or not noisy & {*p.a, *p.b}:
+            continue
+        a, b = cells[p.a[0]]["values"], cells[p.b[0]]["values"]
+        if min(len(a), len(b)) < 2:
+            continue
+        welch = compare(a, b, level=LEVEL) if p.margin is None else equivalent(a, b, p.margin, level=LEVEL)
+        entry["welch"] = welch.to_dict()
 
 
 def _as_result(entry: dict):

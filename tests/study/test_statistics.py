@@ -123,3 +123,27 @@ def test_power_of_the_pooled_test():
     # two cells of 5 seeds, spread 0.8 points, a 1-point difference, 40 degrees of freedom
     assert 0.3 < power(1.0, 0.8, 5, 40) < 0.6
     assert power(3.0, 0.8, 5, 40) > 0.99 and power(0.0, 0.8, 5, 40) == pytest.approx(0.05, abs=1e-6)
+
+
+@pytest.mark.parametrize("n", [3, 20])
+def test_the_spread_check_flags_a_cell_of_equal_spread_at_most_five_percent_of_the_time(n):
+    """Family-wise, over an experiment of CELLS cells whose seeds all spread alike (Holm over the cells)."""
+    from reluattn.study.statistics import spread_check
+    rng = np.random.default_rng([7, n])
+    draws = SIMULATIONS // 4
+    flagged = sum(any(r["differs"] for r in spread_check({f"c{i}": cell for i, cell in
+                                                          enumerate(rng.normal(0.6, 0.01, (CELLS, n)))}))
+                  for _ in range(draws))
+    assert flagged / draws <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / draws)
+
+
+def test_the_spread_check_finds_a_noisier_cell_and_ignores_a_quieter_one():
+    from reluattn.study.statistics import spread_check
+    rng = np.random.default_rng(3)
+    cells = {f"c{i}": rng.normal(0.6, 0.008, 8) for i in range(8)}
+    cells["noisy"] = rng.normal(0.6, 0.032, 8)   # four times the others' spread, as seen in the scaling grid
+    cells["quiet"] = rng.normal(0.6, 0.002, 8)   # a quarter: the pooled test is only conservative for it
+    check = {r["cell"]: r for r in spread_check(cells)}
+    assert [name for name, r in check.items() if r["differs"]] == ["noisy"]
+    assert check["noisy"]["ratio"] > 2 and check["noisy"]["p_holm"] < 0.05 and check["quiet"]["p"] > 0.5
+    assert check["noisy"]["sd"] == pytest.approx(np.std(cells["noisy"], ddof=1))

@@ -168,3 +168,29 @@ def test_the_holm_family_is_the_whole_plan_and_an_early_verdict_is_provisional()
     assert "provisional" not in judge("alpha-sweep", full, "cpu")["claims"][4]["verdict"]
     from reluattn.study.tables import verdicts_markdown
     assert f"{planned} planned comparisons, 2 run so far and the rest counted as p = 1" in verdicts_markdown(result)
+
+
+def test_a_cell_noisier_than_the_rest_gets_welchs_test_beside_the_pooled_one():
+    """The pooled test's assumption is checked; where it fails, the cell's one-to-one comparisons also get
+    Welch's test in results.json and in verdicts.md, and the verdicts stay the planned test's."""
+    from reluattn.study.statistics import compare
+    from reluattn.study.tables import verdicts_markdown
+    rng = np.random.default_rng(1)
+    rows = []
+    for cell in cells_of("scaling", "pilot"):
+        spread = 0.04 if cell.name == "d96x6-relu" else 0.005
+        rows += _rows(cell.name, 0.40 + spread * rng.standard_normal(6), train_flops=1e9 * cell.labels["dim"] ** 2)
+    result = judge("scaling", rows, "pilot")
+    assert [r["cell"] for r in result["spread_check"] if r["differs"]] == ["d96x6-relu"]
+    checked = [c for c in result["comparisons"] if "welch" in c]
+    assert [c["b"] for c in checked] == [["d96x6-relu"]]  # not the slope, not the other sizes
+    values = {c: [r["best_val_accuracy"] for r in rows if r["cell"] == c] for c in ("d96x6-softmax", "d96x6-relu")}
+    welch = compare(values["d96x6-softmax"], values["d96x6-relu"])
+    assert checked[0]["welch"]["standard_error"] == pytest.approx(welch.standard_error)
+    assert checked[0]["welch"]["standard_error"] > checked[0]["standard_error"]  # the pooled one was too narrow
+    text = verdicts_markdown({**result, "experiment": "scaling"})
+    assert "**Spread check:**" in text and "`d96x6-relu`" in text and checked[0]["question"] in text
+    calm = judge("scaling", [r for r in rows if r["cell"] != "d96x6-relu"] + _rows("d96x6-relu", [0.40, 0.401, 0.399], train_flops=1e9 * 96 ** 2),
+                 "pilot")
+    assert not any("welch" in c for c in calm["comparisons"])
+    assert "Spread check: no cell's seeds spread resolvably more" in verdicts_markdown({**calm, "experiment": "scaling"})
