@@ -80,9 +80,9 @@ def planned_seeds(experiment: str, scale: str) -> dict[str, int]:
     return {cell.name: seeds_of(cell, DEFAULT_SEEDS[scale]) for cell in cells_of(experiment, scale)}
 
 
-def _verdict(claim, readings: list[str], planned: list, complete: int, designed: int) -> str:
+def _verdict(claim, readings: list[str], planned: list, complete: int, designed: int, ran: bool = False) -> str:
     if not readings:
-        return "no runs yet"
+        return "no verdict yet (one seed a cell so far: no spread to test with)" if ran else "no runs yet"
     if complete < designed:
         return f"no verdict yet ({complete} of {designed} comparisons have all their planned runs)"
     supports, contradicts = readings.count("supports"), readings.count("contradicts")
@@ -114,6 +114,10 @@ def _clear_best(planned: list, readings: list[str]) -> bool:
     return any(wins.get(cell, set()) == others for cell, others in opponents.items())
 
 
+# A comparison whose cells have all run, once each: the pooled test has no seed spread to work with yet.
+ONE_SEED = "a second seed (one seed a cell so far)"
+
+
 def judge(experiment: str, rows: list[dict], scale: str) -> dict:
     """{"value", "pooled_sd", "pooled_df", "comparisons": [...], "claims": [...]} for `experiment`'s runs."""
     value = value_column(scale)
@@ -128,7 +132,7 @@ def judge(experiment: str, rows: list[dict], scale: str) -> dict:
         missing = [name for name in (*p.a, *p.b) if name not in cells]
         result = _test(p, cells, rows, sd, df) if sd is not None and not missing else None
         if result is None:
-            entry["missing"] = missing or ["a spread: every cell has one seed"]
+            entry["missing"] = missing or [ONE_SEED]
         else:
             entry.update(result.to_dict(), seeds=[cells[name]["n"] for name in (*p.a, *p.b)])
             short = [f"{name} {cells[name]['n']}/{seeds_planned[name]}" for name in dict.fromkeys((*p.a, *p.b))
@@ -156,7 +160,9 @@ def judge(experiment: str, rows: list[dict], scale: str) -> dict:
         claims.append({"quote": claim.quote, "source": claim.source, "rule": claim.rule, "scope": claim.scope,
                        "tested": len(readings), "planned": designed, "complete": complete,
                        "supports": readings.count("supports"), "contradicts": readings.count("contradicts"),
-                       "verdict": _verdict(claim, readings, [p for p, _ in mine], complete, designed)
+                       "verdict": _verdict(claim, readings, [p for p, _ in mine], complete, designed,
+                                           ran=any(r.get("missing") == [ONE_SEED] for i, r in
+                                                   zip((i for i, _ in planned), results) if i == index))
                        + ("" if whole or complete < designed else PROVISIONAL)})
     return {"value": value, "pooled_sd": sd, "pooled_df": df, "level": LEVEL, "comparisons": results,
             "claims": claims, "spread_check": check}
@@ -183,6 +189,8 @@ def _as_result(entry: dict):
 
 def describe(entry: dict) -> str:
     """One line per comparison, in accuracy points: difference, 95 % interval, Holm-adjusted p, reading."""
+    if entry.get("missing") == [ONE_SEED]:
+        return f"{entry['question']}: not tested yet (one seed a cell so far: no spread to test with)"
     if "missing" in entry:
         return f"{entry['question']}: not tested (no runs of {', '.join(entry['missing'])})"
     low, high = contrast_interval(_as_result(entry))

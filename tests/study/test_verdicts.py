@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from reluattn.study.experiments import EXPERIMENTS, SCALES, cells_of, planned_comparisons
+from reluattn.study.tables import verdicts_markdown
 from reluattn.study.verdicts import describe, judge
 
 
@@ -76,8 +77,10 @@ def test_missing_cells_and_single_seeds_give_no_verdict():
     rows = _rows("t17-relu-a1", [0.45]) + _rows("t17-relu-a0", [0.30])
     result = judge("alpha-sweep", rows, "pilot")
     entry = _entry(result, "17 tokens, relu: alpha 1 minus alpha 0")
-    assert "missing" in entry and "not tested" in describe(entry)  # one seed everywhere: no spread
-    assert result["claims"][0]["verdict"] == "no runs yet"
+    assert "missing" in entry and "one seed a cell" in describe(entry)  # one seed everywhere: no spread
+    assert result["claims"][0]["verdict"].startswith("no verdict yet (one seed a cell")
+    assert "one seed a cell so far" in verdicts_markdown(result)
+    assert judge("alpha-sweep", [], "pilot")["claims"][0]["verdict"] == "no runs yet"
 
 
 def test_a_clear_best_h_contradicts_no_clear_best():
