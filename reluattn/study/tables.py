@@ -4,7 +4,7 @@ docs/reproduction.md includes these files, so the page cannot say more than the 
 
 from __future__ import annotations
 
-from .verdicts import ONE_SEED, contrast_interval, _as_result
+from .verdicts import NO_SPREAD, ONE_SEED, contrast_interval, _as_result
 
 READINGS = {"supports": "supports", "contradicts": "**contradicts**", "consistent": "consistent",
             "unresolved": "unresolved"}
@@ -16,7 +16,7 @@ def _points(value: float) -> str:
 
 def _row(entry: dict) -> str:
     if entry.get("missing") == [ONE_SEED]:
-        return f"| {entry['question']} | one seed a cell so far: no spread to test with | | | | |"
+        return f"| {entry['question']} | {NO_SPREAD} | | | | |"
     if "missing" in entry:
         return f"| {entry['question']} | not run yet | | | | |"
     low, high = contrast_interval(_as_result(entry))

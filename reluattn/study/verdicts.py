@@ -82,7 +82,7 @@ def planned_seeds(experiment: str, scale: str) -> dict[str, int]:
 
 def _verdict(claim, readings: list[str], planned: list, complete: int, designed: int, ran: bool = False) -> str:
     if not readings:
-        return "no verdict yet (one seed a cell so far: no spread to test with)" if ran else "no runs yet"
+        return f"no verdict yet ({NO_SPREAD})" if ran else "no runs yet"
     if complete < designed:
         return f"no verdict yet ({complete} of {designed} comparisons have all their planned runs)"
     supports, contradicts = readings.count("supports"), readings.count("contradicts")
@@ -116,6 +116,7 @@ def _clear_best(planned: list, readings: list[str]) -> bool:
 
 # A comparison whose cells have all run, once each: the pooled test has no seed spread to work with yet.
 ONE_SEED = "a second seed (one seed a cell so far)"
+NO_SPREAD = "one seed a cell so far: no spread to test with"
 
 
 def judge(experiment: str, rows: list[dict], scale: str) -> dict:
@@ -161,8 +162,8 @@ def judge(experiment: str, rows: list[dict], scale: str) -> dict:
                        "tested": len(readings), "planned": designed, "complete": complete,
                        "supports": readings.count("supports"), "contradicts": readings.count("contradicts"),
                        "verdict": _verdict(claim, readings, [p for p, _ in mine], complete, designed,
-                                           ran=any(r.get("missing") == [ONE_SEED] for i, r in
-                                                   zip((i for i, _ in planned), results) if i == index))
+                                           ran=any(r.get("missing") == [ONE_SEED]
+                                                   for (i, _), r in zip(planned, results) if i == index))
                        + ("" if whole or complete < designed else PROVISIONAL)})
     return {"value": value, "pooled_sd": sd, "pooled_df": df, "level": LEVEL, "comparisons": results,
             "claims": claims, "spread_check": check}
@@ -190,7 +191,7 @@ def _as_result(entry: dict):
 def describe(entry: dict) -> str:
     """One line per comparison, in accuracy points: difference, 95 % interval, Holm-adjusted p, reading."""
     if entry.get("missing") == [ONE_SEED]:
-        return f"{entry['question']}: not tested yet (one seed a cell so far: no spread to test with)"
+        return f"{entry['question']}: not tested yet ({NO_SPREAD})"
     if "missing" in entry:
         return f"{entry['question']}: not tested (no runs of {', '.join(entry['missing'])})"
     low, high = contrast_interval(_as_result(entry))
