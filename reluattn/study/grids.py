@@ -243,12 +243,17 @@ def _long_lengths(scale):
 
 def _long_sequence(scale):
     cells = []
+    longest = _long_lengths(scale)[-1]
     for tokens in _long_lengths(scale):
         geometry = ({"--patch-size": 2, "--image-size": 64} if tokens == 1025 else _tokens_flags(tokens, scale))
         extra = {"--subset": 10000, "--epochs": 3} if scale == "pilot" else {}
         for method, flags in LONG_SEQUENCE_METHODS.items():
+            # The longest length's softmax and relu / L cells form a relu / L-against-softmax comparison, so
+            # they get the headline seeds (left at the default by oversight until 2026-11-28, when only
+            # t257-softmax seed 0 of them had run at the cpu scale).
+            headline = HEADLINE_SEEDS[scale] if tokens == longest and method in ("softmax", "relu-over-L") else None
             cells.append(Cell(f"t{tokens}-{method}", {"tokens": tokens, "method": method},
-                              {**geometry, **extra, **flags}))
+                              {**geometry, **extra, **flags}, headline))
     return cells
 
 

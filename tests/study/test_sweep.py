@@ -20,7 +20,9 @@ import pytest
 
 from reluattn.cli import build_parser, train_config_from_args
 from reluattn.study import sweep as sweep_module
-from reluattn.study.experiments import EXPERIMENTS, SCALES, Cell, cells_of, train_arguments
+from reluattn.study.experiments import (EXPERIMENTS, SCALES, Cell, cells_of, planned_comparisons, seeds_of,
+                                        train_arguments)
+from reluattn.study.records import DEFAULT_SEEDS, HEADLINE_SEEDS
 from reluattn.study.figures import FIGURES
 from reluattn.study.report import RUN_SPECIFIC_COLUMNS, write_report
 from reluattn.study.sweep_folder import is_stale, recorded_train_arguments
@@ -57,6 +59,29 @@ def test_alpha_sweep_grid_is_the_papers(scale, alphas):
     assert {l["tokens"] for l in labels} == {17, 65}
     headline = {c.name for c in cells if c.seeds}
     assert headline == {"t17-relu-a1", "t17-softmax", "t65-relu-a1", "t65-softmax"}
+
+
+def _is_relu_over_L(cell: Cell) -> bool:
+    flags = cell.flags
+    return (flags.get("--attention") == "relu" and flags.get("--alpha", 1.0) == 1.0
+            and "--attention-scale" not in flags and "--learn-alpha" not in flags)
+
+
+@pytest.mark.parametrize("scale", SCALES)
+def test_every_relu_over_L_against_softmax_comparison_has_the_headline_seeds(scale):
+    """The rule the page states: every cell of a relu / L-against-softmax comparison runs HEADLINE_SEEDS."""
+    found = 0
+    for experiment in EXPERIMENTS:
+        cells = {cell.name: cell for cell in cells_of(experiment, scale)}
+        for _, planned in planned_comparisons(experiment, scale):
+            sides = [[cells[name] for name in side] for side in (planned.a, planned.b)]
+            kinds = {("softmax" if all(c.flags.get("--attention") == "softmax" for c in side) else
+                      "relu/L" if all(_is_relu_over_L(c) for c in side) else "other") for side in sides}
+            if kinds == {"softmax", "relu/L"}:
+                found += 1
+                for cell in sides[0] + sides[1]:
+                    assert seeds_of(cell, DEFAULT_SEEDS[scale]) >= HEADLINE_SEEDS[scale], (experiment, cell.name)
+    assert found >= 3  # alpha-sweep's two lengths, scaling's sizes, long-sequence's longest length
 
 
 def test_the_pilot_grid_is_the_one_its_runs_were_trained_with():
