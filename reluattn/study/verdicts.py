@@ -80,9 +80,9 @@ def planned_seeds(experiment: str, scale: str) -> dict[str, int]:
     return {cell.name: seeds_of(cell, DEFAULT_SEEDS[scale]) for cell in cells_of(experiment, scale)}
 
 
-def _verdict(claim, readings: list[str], planned: list, complete: int, designed: int, ran: bool = False) -> str:
-    if not readings:
-        return f"no verdict yet ({NO_SPREAD})" if ran else "no runs yet"
+def _verdict(claim, readings: list[str], planned: list, complete: int, designed: int, waiting: str = "") -> str:
+    if not readings:  # waiting: why nothing could be tested although some of the claim's cells have runs
+        return f"no verdict yet ({waiting})" if waiting else "no runs yet"
     if complete < designed:
         return f"no verdict yet ({complete} of {designed} comparisons have all their planned runs)"
     supports, contradicts = readings.count("supports"), readings.count("contradicts")
@@ -117,6 +117,7 @@ def _clear_best(planned: list, readings: list[str]) -> bool:
 # A comparison whose cells have all run, once each: the pooled test has no seed spread to work with yet.
 ONE_SEED = "a second seed (one seed a cell so far)"
 NO_SPREAD = "one seed a cell so far: no spread to test with"
+NOT_ALL_RUN = "some of its cells have not run yet"
 
 
 def judge(experiment: str, rows: list[dict], scale: str) -> dict:
@@ -162,11 +163,18 @@ def judge(experiment: str, rows: list[dict], scale: str) -> dict:
                        "tested": len(readings), "planned": designed, "complete": complete,
                        "supports": readings.count("supports"), "contradicts": readings.count("contradicts"),
                        "verdict": _verdict(claim, readings, [p for p, _ in mine], complete, designed,
-                                           ran=any(r.get("missing") == [ONE_SEED]
-                                                   for (i, _), r in zip(planned, results) if i == index))
+                                           _waiting_for(index, planned, results, cells))
                        + ("" if whole or complete < designed else PROVISIONAL)})
     return {"value": value, "pooled_sd": sd, "pooled_df": df, "level": LEVEL, "comparisons": results,
             "claims": claims, "spread_check": check}
+
+
+def _waiting_for(index: int, planned: list, results: list, cells: dict) -> str:
+    """Why claim `index` has no tested comparison although some of its cells ran ("" when none ran)."""
+    ours = [(p, r) for (i, p), r in zip(planned, results) if i == index]
+    if any(r.get("missing") == [ONE_SEED] for _, r in ours):
+        return NO_SPREAD
+    return NOT_ALL_RUN if any(name in cells for p, _ in ours for name in (*p.a, *p.b)) else ""
 
 
 def _add_welch(planned, results, cells, noisy: set) -> None:

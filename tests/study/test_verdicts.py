@@ -81,6 +81,10 @@ def test_missing_cells_and_single_seeds_give_no_verdict():
     assert result["claims"][0]["verdict"].startswith("no verdict yet (one seed a cell")
     assert "one seed a cell so far" in verdicts_markdown(result)
     assert judge("alpha-sweep", [], "pilot")["claims"][0]["verdict"] == "no runs yet"
+    # Two seeds of one side only: the claim is waiting for the other side's cells, which is not "no runs yet".
+    rows = _rows("t17-relu-a1", [0.45, 0.46])
+    verdict = judge("alpha-sweep", rows, "pilot")["claims"][0]["verdict"]
+    assert verdict == "no verdict yet (some of its cells have not run yet)"
 
 
 def test_a_clear_best_h_contradicts_no_clear_best():
