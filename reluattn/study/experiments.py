@@ -16,7 +16,7 @@ A cell is one model/recipe (a set of `reluattn train` flags) and its grid coordi
             attention kind at its own learning rate (LEARNING_RATES, chosen on validation by the lr-grid
             experiment); 3 seeds per cell, 20 for every relu / L-vs-softmax cell. Estimated from the pilot's
             measured speed (a 64x4 run at 65 tokens, 625 steps, took 35-51 s on a quiet 2-core AMD EPYC):
-            3,125 steps, about 3-4 min at 65 tokens and 1-1.5 min at 17 tokens per run.
+            3,120 steps, about 3-4 min at 65 tokens and 1-1.5 min at 17 tokens per run.
     gpu     the cpu scale's recipe and budget (10 epochs on the same 40,000 images, the same splits, each kind at
             its lr-grid learning rate, 3 seeds, 20 for relu / L vs softmax) on one GPU, where models too large for
             two CPU cores train in seconds: the scaling ladder goes up to ViT 192 x 8. Fixed on 2026-11-27
