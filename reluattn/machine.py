@@ -7,15 +7,25 @@ import platform
 from pathlib import Path
 
 
-def cpu_model() -> str:
-    """The CPU's model name ("AMD EPYC"), from /proc/cpuinfo where there is one (the benchmarks print it too)."""
+def cpu_model(cpuinfo: str | Path = "/proc/cpuinfo") -> str:
+    """The CPU's model name ("AMD EPYC"), from /proc/cpuinfo where there is one (the benchmarks print it too).
+
+    A virtual machine may report only a family name, with no model number in it ("AMD EPYC"); then the CPU
+    family and model numbers are added ("AMD EPYC (family 25, model 17)"), since two such machines can
+    differ twofold in speed and the name alone would not tell their runs apart."""
+    fields: dict[str, str] = {}
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+        for line in Path(cpuinfo).read_text().splitlines():
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())  # the first CPU's lines; every CPU repeats them
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    name = fields.get("model name")
+    if not name:
+        return platform.processor() or platform.machine()
+    if not any(character.isdigit() for character in name) and fields.get("cpu family") and fields.get("model"):
+        name += f" (family {fields['cpu family']}, model {fields['model']})"
+    return name
 
 
 def machine_description() -> str:
