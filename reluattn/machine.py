@@ -1,4 +1,4 @@
-"""What machine this is, in words, for the figures and run records that must name it ("AMD EPYC, 2 cores")."""
+"""What machine this is, in words, for the figures and run records that must name it ("AMD EPYC (family 25, model 17), 2 cores")."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def cpu_model(cpuinfo: str | Path = "/proc/cpuinfo") -> str:
 
 
 def machine_description() -> str:
-    """"AMD EPYC, 2 cores": the CPU model and the core count."""
+    """"AMD EPYC (family 25, model 17), 2 cores": the CPU model and the core count."""
     return f"{cpu_model()}, {os.cpu_count()} cores"
 
 
