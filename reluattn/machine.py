@@ -1,4 +1,5 @@
-"""What machine this is, in words, for the figures and run records that must name it ("AMD EPYC (family 25, model 17), 2 cores")."""
+"""What machine this is, in words, for the figures and run records that must name it
+("AMD EPYC (family 25, model 17), 2 cores")."""
 
 from __future__ import annotations
 
