@@ -3,6 +3,7 @@
     compare(a, b)                      is mean(b) - mean(a) different from 0? Welch's t, or the pooled t
     holm(p_values)                     which of a family of tests reject, Holm-Bonferroni
     equivalent(a, b, margin)           is |mean(b) - mean(a)| < margin? two one-sided tests (TOST)
+    beyond_margin(result)              ... or does it lie beyond the margin? the one-sided p that contradicts it
     pooled_spread(cells)               the seed-to-seed standard deviation pooled over an experiment's cells
     spread_check(cells)                which cells' spread differs from the rest's (the pooled test's assumption)
 
@@ -146,6 +147,19 @@ def slope(pairs, *, pooled_sd: float, pooled_df: float, margin: float | None = N
     if margin is None:
         return _two_sided(estimate, error, float(pooled_df), level, n)
     return _one_sided_pair(estimate, error, float(pooled_df), margin, level, n)
+
+
+def beyond_margin(result: Comparison) -> float:
+    """The one-sided p-value that an equivalence result's difference lies beyond its margin, on the side of its
+    estimate (H0: |difference| <= margin). The TOST p says nothing once the interval has left the margin (it is
+    near 1 there); this one is below (1 - level) / 2 exactly when the two-sided `level` interval lies wholly
+    outside the margin, the reading "contradicts" of a "matches" claim (verdicts.py)."""
+    if result.margin is None:
+        raise ValueError("beyond_margin needs an equivalence result (from equivalent, or contrast/slope with a margin)")
+    excess = abs(result.difference) - result.margin
+    if result.standard_error == 0:
+        return 0.0 if excess > 0 else 1.0
+    return float(stats.t.sf(excess / result.standard_error, result.df))
 
 
 def holm(p_values, level: float = 0.05) -> list[bool]:

@@ -4,6 +4,7 @@ docs/reproduction.md includes these files, so the page cannot say more than the 
 
 from __future__ import annotations
 
+from .statistics import beyond_margin
 from .verdicts import NO_SPREAD, ONE_SEED, contrast_interval, _as_result
 
 READINGS = {"supports": "supports", "contradicts": "**contradicts**", "consistent": "consistent",
@@ -24,8 +25,11 @@ def _row(entry: dict) -> str:
     test = "TOST" if entry.get("margin") else "t"
     seeds = "/".join(str(n) for n in entry["seeds"])
     reading = READINGS[entry["reading"]] + (" (interim: fewer seeds than planned)" if entry.get("short") else "")
+    p, p_holm = f"{test} {entry['p_value']:.2g}", f"{entry['p_holm']:.2g}"
+    if entry["reading"] == "contradicts" and "p_beyond" in entry:  # the TOST p is near 1 there: say how far out
+        p, p_holm = f"{p}; beyond {entry['p_beyond']:.2g}", f"{p_holm}; beyond {entry['p_beyond_holm']:.2g}"
     return (f"| {entry['question']} | {_points(entry['difference'])} [{_points(low)}, {_points(high)}]{margin} | "
-            f"{test} {entry['p_value']:.2g} | {entry['p_holm']:.2g} | {seeds} | {reading} |")
+            f"{p} | {p_holm} | {seeds} | {reading} |")
 
 
 def verdicts_markdown(result: dict) -> str:
@@ -35,7 +39,11 @@ def verdicts_markdown(result: dict) -> str:
                                                   f", {tested} run so far and the rest counted as p = 1")
     lines = [] if not result["claims"] else [f"Accuracy judged: `{result['value']}`, in points. Seed spread pooled over the experiment's "
              f"cells: {_spread(result)}. p: two-sided t-test (or TOST against the margin); Holm: adjusted "
-             f"within the experiment's {family} (family-wise 5 %).", ""]
+             f"within the experiment's {family} (family-wise 5 %)."
+             + (" Where a difference lies wholly outside its margin, \"beyond\" is the one-sided p that it lies "
+                "beyond the margin (Holm over the experiment's equivalence comparisons)."
+                if any(c.get("reading") == "contradicts" and "p_beyond" in c for c in result["comparisons"]) else ""),
+             ""]
     lines += _spread_check(result)
     if result.get("exploration"):
         lines += [f"*Exploration, no claim tested:* {result['exploration']}.", ""]
@@ -80,7 +88,8 @@ def _spread_check(result: dict) -> list[str]:
         where = ""
         if welch.margin:
             outside = low > welch.margin or high < -welch.margin
-            where = (f"; the interval lies wholly outside ±{100 * welch.margin:g}" if outside else
+            where = (f"; the interval lies wholly outside ±{100 * welch.margin:g} (beyond it: p "
+                     f"{beyond_margin(welch):.2g})" if outside else
                      f"; the interval reaches within ±{100 * welch.margin:g}")
         lines.append(f"- {entry['question']}: {_points(welch.difference)} [{_points(low)}, {_points(high)}], "
                      f"{test_name} p {welch.p_value:.2g}, {welch.df:.1f} df{where}")

@@ -10,7 +10,8 @@ Holm-corrected at 5 %. What each comparison says of its claim:
     expect b>a    supports when b is resolvably ahead; contradicts when resolvably behind
     expect b>=a   contradicts when b is resolvably behind; otherwise consistent (supports when ahead)
     expect equal  supports when equivalence within the margin is shown; contradicts when the 95 % interval
-                  of the difference lies wholly outside the margin
+                  of the difference lies wholly outside the margin (statistics.beyond_margin's one-sided
+                  p < 2.5 %; that p, Holm-adjusted over the experiment's equivalence comparisons, is reported)
 
 and a claim's verdict follows its rule: "all" (agrees when every comparison supports, partly agrees when
 some support and none contradict, disagrees when some contradict and none support), "most" (the paper says "typically": agrees when at most a quarter contradict,
@@ -31,7 +32,8 @@ import math
 
 from .experiments import EXPERIMENTS, cells_of, planned_comparisons, seeds_of, value_column
 from .records import DEFAULT_SEEDS
-from .statistics import aggregate, compare, contrast, equivalent, holm, holm_adjusted, pooled_spread, slope, spread_check
+from .statistics import (aggregate, beyond_margin, compare, contrast, equivalent, holm, holm_adjusted, pooled_spread,
+                         slope, spread_check)
 
 LEVEL = 0.95
 PROVISIONAL = " (provisional: other cells of the experiment still lack runs, so its pooled spread may change)"
@@ -148,6 +150,7 @@ def judge(experiment: str, rows: list[dict], scale: str) -> dict:
     for entry, rejected, adjusted in zip(results, holm(family, 1 - LEVEL), holm_adjusted(family)):
         if "missing" not in entry:
             entry["p_holm"], entry["rejected"] = adjusted, rejected
+    _add_beyond(results)
     check = spread_check({name: cell["values"] for name, cell in cells.items()})
     _add_welch(planned, results, cells, {r["cell"] for r in check if r["differs"]})
     whole = all("missing" not in r and "short" not in r for r in results)
@@ -167,6 +170,16 @@ def judge(experiment: str, rows: list[dict], scale: str) -> dict:
                        + ("" if whole or complete < designed else PROVISIONAL)})
     return {"value": value, "pooled_sd": sd, "pooled_df": df, "level": LEVEL, "comparisons": results,
             "claims": claims, "spread_check": check}
+
+
+def _add_beyond(results: list) -> None:
+    """Beside each equivalence comparison, the one-sided p that its difference lies beyond the margin, and that p
+    Holm-adjusted over the experiment's equivalence comparisons (one not tested yet counts as p = 1)."""
+    equivalence = [entry for entry in results if entry.get("margin")]
+    family = [1.0 if "missing" in entry else beyond_margin(_as_result(entry)) for entry in equivalence]
+    for entry, p, adjusted in zip(equivalence, family, holm_adjusted(family)):
+        if "missing" not in entry:
+            entry["p_beyond"], entry["p_beyond_holm"] = p, adjusted
 
 
 def _waiting_for(index: int, planned: list, results: list, cells: dict) -> str:
@@ -196,6 +209,12 @@ def _as_result(entry: dict):
                       entry["standard_error"], entry["df"], tuple(entry["n"]), entry["margin"])
 
 
+def _beyond(entry: dict) -> str:
+    if entry.get("reading") != "contradicts" or "p_beyond" not in entry:
+        return ""
+    return f"; beyond the margin p {entry['p_beyond']:.3g}, Holm {entry['p_beyond_holm']:.3g}"
+
+
 def describe(entry: dict) -> str:
     """One line per comparison, in accuracy points: difference, 95 % interval, Holm-adjusted p, reading."""
     if entry.get("missing") == [ONE_SEED]:
@@ -205,6 +224,6 @@ def describe(entry: dict) -> str:
     low, high = contrast_interval(_as_result(entry))
     margin = f", margin {100 * entry['margin']:g}" if entry.get("margin") else ""
     return (f"{entry['question']}: {100 * entry['difference']:+.2f} points (95% CI {100 * low:+.2f} to "
-            f"{100 * high:+.2f}{margin}; p {entry['p_value']:.3g}, Holm {entry['p_holm']:.3g}; seeds "
+            f"{100 * high:+.2f}{margin}; p {entry['p_value']:.3g}, Holm {entry['p_holm']:.3g}{_beyond(entry)}; seeds "
             f"{'/'.join(str(n) for n in entry['seeds'])}): {entry.get('reading', '')}"
             + (f" (interim: {', '.join(entry['short'])} seeds)" if entry.get("short") else ""))

@@ -9,7 +9,7 @@ import pytest
 from scipy import stats
 
 from reluattn.study import compare, equivalent, holm
-from reluattn.study.statistics import holm_adjusted, pooled_spread, power
+from reluattn.study.statistics import beyond_margin, holm_adjusted, pooled_spread, power
 
 SIMULATIONS = 4000
 # The false-positive rate may exceed 5 % by three Monte-Carlo standard errors at most (0.0034 at 4,000 draws).
@@ -86,6 +86,30 @@ def test_equivalence_is_calibrated_at_the_margin_and_finds_true_equivalence():
         within += equivalent(cells[0], cells[1], 2.5, pooled_sd=sd, pooled_df=df).resolved
     assert at_margin / SIMULATIONS <= 0.05 + TOLERANCE
     assert within / SIMULATIONS > 0.8  # with a wide margin and no difference, equivalence is usually shown
+
+
+def test_beyond_the_margin_is_calibrated_and_agrees_with_the_interval_rule():
+    """A "matches" claim is contradicted when the 95 % interval lies wholly outside the margin; beyond_margin's
+    p must be below 2.5 % exactly then, and at a true difference on the margin it may say so 2.5 % of the time."""
+    rng = np.random.default_rng(2)
+    margin, n = 1.0, 5
+    hits = 0
+    for _ in range(SIMULATIONS):
+        cells = rng.normal(0.0, 1.0, (CELLS, n))
+        sd, df = pooled_spread(cells)
+        sign = 1 if rng.random() < 0.5 else -1  # on either side of the margin
+        result = equivalent(cells[0], cells[1] + sign * margin, margin, pooled_sd=sd, pooled_df=df)
+        half = stats.t.ppf(0.975, result.df) * result.standard_error
+        outside = result.difference - half > margin or result.difference + half < -margin
+        p = beyond_margin(result)
+        assert (p < 0.025) == outside and 0.0 <= p <= 1.0
+        hits += outside
+    assert hits / SIMULATIONS <= 0.025 + 3 * math.sqrt(0.025 * 0.975 / SIMULATIONS)
+    far = equivalent([0.40, 0.41, 0.42], [0.46, 0.47, 0.48], 0.01)  # 6 points apart, spread 1 point
+    expected = stats.t.sf((0.06 - 0.01) / far.standard_error, far.df)
+    assert beyond_margin(far) == pytest.approx(expected, rel=1e-9) and beyond_margin(far) < 0.01
+    with pytest.raises(ValueError, match="equivalence"):
+        beyond_margin(compare([0.4, 0.41], [0.5, 0.52]))
 
 
 def test_equivalence_interval_is_the_ninety_percent_one():

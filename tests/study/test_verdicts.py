@@ -63,7 +63,13 @@ def test_equivalence_within_the_margin_and_its_contradiction():
     assert match["verdict"] == "equivalent within margin"
     far = [dict(r, best_val_accuracy=r["best_val_accuracy"] - 0.05) if r["cell"].endswith("softmax") else r
            for r in rows]
-    assert judge("alpha-sweep", far, "pilot")["claims"][4]["verdict"] == "disagrees"  # 5 points > 1-point margin
+    result = judge("alpha-sweep", far, "pilot")
+    assert result["claims"][4]["verdict"] == "disagrees"  # 5 points > 1-point margin
+    # how far beyond the margin, Holm-adjusted over the experiment's equivalence comparisons, in every report
+    outside = [c for c in result["comparisons"] if c.get("reading") == "contradicts" and c.get("margin")]
+    assert outside and all(c["p_beyond"] < 0.025 and c["p_beyond"] <= c["p_beyond_holm"] < 0.05 for c in outside)
+    assert f"beyond {outside[0]['p_beyond']:.2g}" in verdicts_markdown(result)
+    assert "beyond the margin p" in describe(outside[0])
 
 
 def test_the_value_judged_is_the_test_split_at_the_cpu_scale():
