@@ -2,9 +2,12 @@
 resumed each time (started again, its metrics.jsonl deleted, when no checkpoint was saved yet); it ends
 bit-identical to a run that never stopped, with each step logged once and no temporary left behind.
 
-The moments are random (a seeded generator picks each delay after the run says it is training, within
-the time the uninterrupted run took), so a kill can land anywhere: inside a step, a metrics append, a
-checkpoint write, the LATEST update or the pruning of old checkpoints. Each process is a fresh
+The moments are random (a seeded generator picks a step still ahead of the run, waits for the run to log
+it, then waits a random part of one step's time, as the uninterrupted run took it), so a kill can land
+anywhere: inside a step, a metrics append, a checkpoint write, the LATEST update or the pruning of old
+checkpoints. Counting steps rather than seconds keeps the kills landing before the end however busy the
+machine is (a delay drawn from the uninterrupted run's wall time once outlasted a resumed run that went
+faster than the reference on a loaded CPU). Each process is a fresh
 `reluattn train` with the NumPy backend: nothing to compile, so six processes fit in about half a minute
 (the JAX backend's resume is held bit-identical by test_train_resume.py, at chosen moments).
 """
@@ -59,11 +62,13 @@ def test_repeated_sigkills_at_random_moments_end_bit_identical(data, cache, tmp_
     with open(tmp_path / "killed.log", "w") as log:
         for _ in range(KILLS):
             checkpoints = list_checkpoints(out)
+            resumed_at = int(checkpoints[-1].name[5:]) if checkpoints else 0
+            if resumed_at + 1 > STEPS - 3:
+                break  # too little left to kill inside
             process = start(out, data, cache, bool(checkpoints), log)
-            left = 1 - (int(checkpoints[-1].name[5:]) / STEPS if checkpoints else 0)  # of the run's steps
-            wait_for(process, "reluattn: training ")
-            # Within the first part of what is left: a resumed run can be quicker than the reference was.
-            time.sleep(rng.uniform(0.0, 0.6 * left) * window)
+            target = int(rng.integers(resumed_at + 1, STEPS - 3 + 1))  # a step ahead, at least 3 before the end
+            wait_for(process, f"reluattn: step {target} ")
+            time.sleep(rng.uniform(0.0, 1.0) * window / STEPS)  # somewhere in what follows that step's log line
             process.send_signal(signal.SIGKILL)
             process.stdout.read()
             code = process.wait(timeout=300)
