@@ -7,6 +7,8 @@
 # 2026-11-28: PLAN="scaling:cpu" runs one sweep folder per cell of the named experiment:scale pairs instead
 # (the cpu-scale scaling cells, largest first; JAX_COMPILATION_CACHE_DIR only moves the cache a sweep keeps anyway):
 #   PLAN=scaling:cpu DEADLINE=540 JOBS=8 bash benchmarks/device/gpu_study.sh
+# Each such folder starts as a copy of the experiment's committed runs (docs/run-logs/SCALE/EXPERIMENT), so only
+# the seeds still missing run; copy the new run folders back there (e.g. PLAN=long-sequence:cpu).
 # The sweeps on one GPU, many cells at once, each group of cells a resumable sweep folder;
 # stopped at a deadline, the finished runs' logs (no checkpoints) packed into $OUT.
 DEADLINE=${DEADLINE:-430}; JOBS=${JOBS:-20}; PLAN=${PLAN:-}; SCALE_A=${SCALE_A:-cpu}; SCALE_S=${SCALE_S:-gpu}; EXTRA=${EXTRA:-}
@@ -35,8 +37,10 @@ for g in range(groups):
 PY
 wc -l $R/jobs.txt
 run_job() { set -- $1; exp=$1 scale=$2 folder=$3; shift 3
+  # a folder starts from the committed runs of its experiment, so the sweep skips the seeds already done
+  if [ -n "$PLAN" ] && [ ! -e $R/$folder ] && [ -f docs/run-logs/$scale/$exp/sweep.json ]; then cp -r docs/run-logs/$scale/$exp $R/$folder; fi
   python3 -m reluattn sweep $exp --scale $scale --data $D --out $R/$folder --no-progress --cells "$@" > $R/$folder.log 2>&1; }
-export -f run_job; export D R
+export -f run_job; export D R PLAN
 xargs -P $JOBS -d '\n' -I{} bash -c 'run_job "$@"' _ {} < $R/jobs.txt &
 XPID=$!
 while kill -0 $XPID 2>/dev/null && [ $(( $(date +%s)-T0 )) -lt $DEADLINE ]; do sleep 5; done
