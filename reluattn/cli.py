@@ -249,10 +249,11 @@ def _command_sweep(args) -> int:
             cells = select_cells(args.experiment, scale, args.cells)
             seeds = {cell.name: seeds_of(cell, args.seeds or DEFAULT_SEEDS[scale]) for cell in cells}
             for cell in cells:
-                print(f"{cell.name} ({seeds[cell.name]} seeds): "
-                      f"{shlex.join(['reluattn', 'train', *train_arguments(cell, 0)])}", flush=True)
+                start = f" from {cell.first_seed}" if cell.first_seed else ""
+                print(f"{cell.name} ({seeds[cell.name]} seeds{start}): "
+                      f"{shlex.join(['reluattn', 'train', *train_arguments(cell, cell.first_seed)])}", flush=True)
             done = sum((read_cell_record(run_dir_of(out, cell.name, seed)) or {}).get("status") == "done"
-                       for cell in cells for seed in range(seeds[cell.name]))
+                       for cell in cells for seed in range(cell.first_seed, cell.first_seed + seeds[cell.name]))
             print(f"{args.experiment} at scale {scale}: {len(cells)} cells, {sum(seeds.values())} runs planned, "
                   f"{done} finished in {out}", flush=True)
         except BrokenPipeError:  # `--list | head`: the reader has seen enough

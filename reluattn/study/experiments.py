@@ -29,8 +29,9 @@ run of the scale they judge; the pilot's were written after its runs were seen (
 
 from __future__ import annotations
 
-from .grids import EXPERIMENT_LIST
+from .grids import ALPHA_SWEEP, KV_MEMORY, LEARNED_ALPHA, LONG_SEQUENCE, LR_SELECTION, QK_NORM_AND_GATE
 from .records import DEFAULT_SEEDS, HEADLINE_SEEDS, SCALES, Cell, Planned
+from .scaling_grids import SCALING, SCALING_LR_GRID, SCALING_TUNED
 
 # Flags every cell of a scale shares (a cell's own flags override them).
 SCALE_FLAGS = {
@@ -57,6 +58,8 @@ FEWSHOT_SHOTS = 10  # shots per class of the linear probe, as Wortsman et al.'s 
 LEARNING_RATES: dict[str, float | None] = {"gelu": 4e-3, "identity": 4e-3, "relu": 4e-3, "relu2": 2e-3,
                                            "sigmoid": 2e-3, "softmax": 2e-3, "softplus": 2e-3}
 
+EXPERIMENT_LIST = (ALPHA_SWEEP, SCALING, QK_NORM_AND_GATE, KV_MEMORY, LONG_SEQUENCE, LEARNED_ALPHA, LR_SELECTION,
+                   SCALING_LR_GRID, SCALING_TUNED)
 EXPERIMENTS = {e.name: e for e in EXPERIMENT_LIST}
 
 
@@ -70,7 +73,7 @@ def cells_of(experiment: str, scale: str) -> list[Cell]:
     names = [cell.name for cell in cells]
     assert len(names) == len(set(names)), f"{experiment}: duplicate cell names"
     return [Cell(cell.name, cell.labels, {**SCALE_FLAGS[scale], **_learning_rate(cell, scale), **cell.flags},
-                 cell.seeds) for cell in cells]
+                 cell.seeds, cell.first_seed) for cell in cells]
 
 
 def seeds_of(cell: Cell, seeds: int) -> int:

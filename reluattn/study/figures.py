@@ -151,9 +151,15 @@ def learned_figure(rows, path, title, value="best_val_accuracy"):
 
 
 def lr_figure(rows, path, title, value="best_val_accuracy"):
-    """Validation accuracy against the peak learning rate, one line per attention kind (the lr-grid)."""
+    """Validation accuracy against the peak learning rate, one line per attention kind (the lr-grid) or per
+    model size and kind (the scaling-lr-grid)."""
     fig, ax = _figure(figsize=(6.5, 4.5))
-    _plot_series(ax, _series(aggregate(rows, "best_val_accuracy"), "lr", "kind"))
+    cells = aggregate(rows, "best_val_accuracy")
+    for cell in cells.values():
+        labels = cell["labels"]
+        labels["line"] = labels["kind"] if labels.get("dim") is None else \
+            f"{labels['dim']} x {labels['depth']} {labels['kind']}"
+    _plot_series(ax, _series(cells, "lr", "line"))
     ax.set_xscale("log")
     rates = sorted({row["lr"] for row in rows if row.get("lr")})
     ax.set_xticks(rates, [f"{rate:g}" for rate in rates])

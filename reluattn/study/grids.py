@@ -1,6 +1,6 @@
 """Each experiment of the study: its grid of cells at every scale, and the sentences of the papers it tests,
 each with the comparisons planned for it. Quotes are the papers' words; a claim marked "paraphrase" is our
-summary of a figure's discussion, to be read as such.
+summary of a figure's discussion, to be read as such. The scaling experiments are in scaling_grids.py.
 
 Papers: Wortsman, Lee, Gilmer, Kornblith (2023), "Replacing softmax with ReLU in Vision Transformers",
 arXiv 2309.08586; Shen, Guo, Tan, Tang, Wang, Bian (2023), "A Study on ReLU and Softmax in Transformer",
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from .records import HEADLINE_SEEDS, MATCH_MARGIN, SLOPE_MARGIN, Cell, Claim, Experiment, Planned
+from .records import HEADLINE_SEEDS, MATCH_MARGIN, Cell, Claim, Experiment, Planned
 
 WORTSMAN = "Wortsman et al. (2023)"
 SHEN = "Shen et al. (2023)"
@@ -97,47 +97,6 @@ ALPHA_SWEEP = Experiment(
         Claim("ReLU-attention can approach or match the performance of softmax-attention",
               f"{WORTSMAN}, abstract and Fig. 1", _relu_matches_softmax,
               scope="one small model per length, not a scaling curve (that is the scaling experiment)"),
-    ))
-
-# ----------------------------------------------------------------------------------------------- scaling
-
-SCALING_LADDER = {  # (dim, depth, heads, mlp_dim)
-    "smoke": [(8, 1, 2, 16), (16, 1, 2, 32), (16, 2, 2, 32)],
-    "pilot": [(48, 2, 2, 96), (64, 4, 2, 128), (96, 6, 3, 192)],             # about 10x the FLOPs
-    "cpu": [(32, 2, 2, 64), (64, 4, 2, 128), (96, 6, 3, 192), (128, 6, 4, 256)],  # 34x (the runs' train_flops)
-    "gpu": [(32, 2, 2, 64), (64, 4, 2, 128), (128, 6, 4, 256), (192, 8, 3, 384)],  # 98x (flops_per_image: 1.0e9 against 1.0e7)
-}
-
-
-def _scaling(scale):
-    # Fig. 1 trains with qk-layernorm; the pilot ran without it.
-    qk_norm = {} if scale == "pilot" else {"--qk-norm": True}
-    cells = []
-    for dim, depth, heads, mlp in SCALING_LADDER[scale]:
-        size = {"--dim": dim, "--depth": depth, "--heads": heads, "--mlp-dim": mlp, **qk_norm}
-        for kind in ("softmax", "relu"):
-            cells.append(Cell(f"d{dim}x{depth}-{kind}", {"dim": dim, "depth": depth, "kind": kind,
-                                                        "alpha": 1.0 if kind == "relu" else None},
-                              {**size, "--attention": kind, "--alpha": 1.0}, HEADLINE_SEEDS[scale]))
-    return cells
-
-
-def _scaling_matches(scale):
-    ladder = SCALING_LADDER[scale]
-    pairs = [Planned(f"{d} wide x {n} deep: relu / L minus softmax", f"d{d}x{n}-softmax", f"d{d}x{n}-relu",
-                     expect="equal", margin=MATCH_MARGIN) for d, n, _, _ in ladder]
-    slope = Planned("relu / L minus softmax, slope per tenfold training FLOPs",
-                    tuple(f"d{d}x{n}-softmax" for d, n, _, _ in ladder),
-                    tuple(f"d{d}x{n}-relu" for d, n, _, _ in ladder), expect="equal", margin=SLOPE_MARGIN,
-                    kind="slope")
-    return pairs + [slope]
-
-
-SCALING = Experiment(
-    "scaling", "relu / L against softmax at model sizes spanning tens of times the training compute",
-    _scaling, figure="flops", fewshot=True, claims=(
-        Claim("ReLU-attention can approach or match the performance of softmax-attention in terms of scaling "
-              "behavior as a function of compute", f"{WORTSMAN}, abstract and Fig. 1", _scaling_matches),
     ))
 
 # -------------------------------------------------------------------------------------- qk-norm and gate
@@ -315,13 +274,15 @@ def _lr_grid(scale):
 
 def chosen_learning_rates(cells: dict) -> dict:
     """{kind: lr} with the best mean validation accuracy over seeds, from an lr-grid's aggregate() of
-    best_val_accuracy (ties: the smaller lr). Only validation is read: the test split stays unseen."""
+    best_val_accuracy (ties: the smaller lr); {"d<dim>x<depth>-<kind>": lr} for the scaling-lr-grid, whose
+    cells have a model size. Only validation is read: the test split stays unseen."""
     best = {}
     for cell in cells.values():
-        kind, lr = cell["labels"]["kind"], cell["labels"]["lr"]
-        if kind not in best or (cell["mean"], -lr) > (best[kind][0], -best[kind][1]):
-            best[kind] = (cell["mean"], lr)
-    return {kind: lr for kind, (_, lr) in sorted(best.items())}
+        labels = cell["labels"]
+        key = labels["kind"] if labels.get("dim") is None else f"d{labels['dim']}x{labels['depth']}-{labels['kind']}"
+        if key not in best or (cell["mean"], -labels["lr"]) > (best[key][0], -best[key][1]):
+            best[key] = (cell["mean"], labels["lr"])
+    return {key: lr for key, (_, lr) in sorted(best.items())}
 
 
 LR_SELECTION = Experiment(
@@ -329,5 +290,3 @@ LR_SELECTION = Experiment(
     _lr_grid, figure="lr", claims=(),
     exploration="Selects the learning rate every other grid of the scale uses for each kind (the best mean "
                 "validation accuracy; test accuracy is never read), so no kind is judged at another's lr")
-
-EXPERIMENT_LIST = (ALPHA_SWEEP, SCALING, QK_NORM_AND_GATE, KV_MEMORY, LONG_SEQUENCE, LEARNED_ALPHA, LR_SELECTION)

@@ -28,6 +28,7 @@ class Cell:
     labels: dict
     flags: dict = field(default_factory=dict)
     seeds: int | None = None  # at least this many seeds (the headline cells); None: the sweep's --seeds
+    first_seed: int = 0       # seeds run from here: a selection grid keeps clear of the seeds it chooses for
 
 
 @dataclass(frozen=True)

@@ -243,7 +243,7 @@ def write_report(experiment: str, out, *, scale: str) -> dict:
         writer.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in COLUMNS})
     write_atomically(table, text.getvalue())
     verdicts = judge(experiment, rows, scale)
-    if experiment == "lr-grid":  # what the other grids of the scale will use (LEARNING_RATES)
+    if experiment in ("lr-grid", "scaling-lr-grid"):  # what other grids use (LEARNING_RATES, SCALING_TUNED_RATES)
         from .grids import chosen_learning_rates
         verdicts["chosen_learning_rates"] = chosen_learning_rates(aggregate(rows, "best_val_accuracy"))
     summary = {"experiment": experiment, "summary": EXPERIMENTS[experiment].summary,

@@ -216,8 +216,8 @@ def run_sweep(experiment: str, *, scale: str = "cpu", seeds: int = 2, out, data:
     with use_sweep_folder(out, experiment, scale):
         # Seed-major: a sweep cut short still has the whole grid at its first seeds. A headline cell (relu / L
         # against softmax) runs at least its own number of seeds.
-        jobs = [(cell, seed) for seed in range(max(seeds_of(cell, seeds) for cell in cells))
-                for cell in cells if seed < seeds_of(cell, seeds)]
+        jobs = [(cell, cell.first_seed + i) for i in range(max(seeds_of(cell, seeds) for cell in cells))
+                for cell in cells if i < seeds_of(cell, seeds)]
         records = {(c.name, s): read_cell_record(run_dir_of(out, c.name, s)) for c, s in jobs}
         _refuse_stale_runs(out, experiment, scale, jobs, records)
         pending = [(c, s) for c, s in jobs if (records[c.name, s] or {}).get("status") != "done"]

@@ -1,0 +1,90 @@
+"""The follow-up to the scaling experiment: scaling-lr-grid chooses each size's and kind's learning rate on
+validation, on seeds kept apart from scaling-tuned's, and scaling-tuned runs every size at its chosen rate with
+the same claim, comparisons and margins as scaling; it refuses to run before its rates are chosen."""
+
+import json
+
+import pytest
+
+from reluattn.cli import main
+from reluattn.study import scaling_grids
+from reluattn.study.experiments import cells_of, planned_comparisons, seeds_of, train_arguments
+from reluattn.study.grids import chosen_learning_rates
+from reluattn.study.records import DEFAULT_SEEDS, HEADLINE_SEEDS
+from reluattn.study.statistics import aggregate
+
+
+@pytest.mark.parametrize("scale", ["cpu", "gpu"])
+def test_the_lr_grid_of_each_size_runs_three_rates_on_seeds_of_its_own(scale):
+    cells = cells_of("scaling-lr-grid", scale)
+    ladder = scaling_grids.SCALING_LADDER[scale]
+    assert len(cells) == len(ladder) * 2 * 3
+    for cell in cells:
+        assert cell.flags["--lr"] == cell.labels["lr"] and cell.flags["--qk-norm"] is True
+        assert cell.first_seed == 100 and seeds_of(cell, DEFAULT_SEEDS[scale]) == 3
+        assert train_arguments(cell, cell.first_seed)[2:4] == ["--seed", "100"]
+    assert {(c.labels["dim"], c.labels["kind"], c.labels["lr"]) for c in cells} == {
+        (d, kind, lr) for d, _, _, _ in ladder for kind in ("softmax", "relu") for lr in (1e-3, 2e-3, 4e-3)}
+
+
+def test_each_size_and_kind_gets_its_best_validation_rate_and_test_is_never_read():
+    best = {"softmax": {32: 4e-3, 64: 2e-3, 96: 2e-3, 128: 1e-3}, "relu": {32: 4e-3, 64: 4e-3, 96: 2e-3, 128: 2e-3}}
+    rows = []
+    for cell in cells_of("scaling-lr-grid", "cpu"):
+        labels = cell.labels
+        peak = best[labels["kind"]][labels["dim"]]
+        for seed in (100, 101, 102):
+            rows.append({"cell": cell.name, "seed": seed, "status": "done", **labels,
+                         "best_val_accuracy": 0.6 - abs(labels["lr"] - peak) * 10 + 0.001 * (seed - 100),
+                         "test_accuracy": 0.9 if labels["lr"] != peak else 0.1})  # test points elsewhere
+    chosen = chosen_learning_rates(aggregate(rows, "best_val_accuracy"))
+    assert chosen == {f"d{d}x{n}-{kind}": best[kind][d] for d, n, _, _ in scaling_grids.SCALING_LADDER["cpu"]
+                      for kind in ("softmax", "relu")}
+
+
+def test_the_tuned_grid_runs_each_size_at_its_chosen_rate_with_scalings_comparisons(monkeypatch):
+    ladder = scaling_grids.SCALING_LADDER["cpu"]
+    rates = {f"d{d}x{n}-{kind}": (1e-3 if kind == "relu" else 4e-3) * (1 + d / 1000) for d, n, _, _ in ladder
+             for kind in ("softmax", "relu")}
+    monkeypatch.setitem(scaling_grids.SCALING_TUNED_RATES, "cpu", rates)
+    cells = cells_of("scaling-tuned", "cpu")
+    assert {c.name: c.flags["--lr"] for c in cells} == rates
+    assert all(seeds_of(c, DEFAULT_SEEDS["cpu"]) == HEADLINE_SEEDS["cpu"] and c.first_seed == 0 for c in cells)
+    scaling = {c.name: c for c in cells_of("scaling", "cpu")}
+    for cell in cells:  # the scaling experiment's model, recipe and seeds; only the rate differs
+        assert {**cell.flags, "--lr": None} == {**scaling[cell.name].flags, "--lr": None}
+    questions = [(p.question, p.a, p.b, p.expect, p.margin, p.kind) for _, p in planned_comparisons("scaling", "cpu")]
+    assert [(p.question, p.a, p.b, p.expect, p.margin, p.kind)
+            for _, p in planned_comparisons("scaling-tuned", "cpu")] == questions
+
+
+def test_the_tuned_grid_refuses_to_run_before_its_rates_are_chosen(monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(scaling_grids.SCALING_TUNED_RATES, "cpu", {})
+    with pytest.raises(ValueError, match="reluattn sweep scaling-lr-grid --scale cpu"):
+        cells_of("scaling-tuned", "cpu")
+    assert main(["sweep", "scaling-tuned", "--scale", "cpu", "--out", str(tmp_path / "tuned")]) == 1
+    assert "waits for its learning rates" in capsys.readouterr().err
+    assert not (tmp_path / "tuned").exists()
+
+
+def test_the_list_counts_the_selection_seeds_it_runs(tmp_path, capsys):
+    """`sweep --list` shows seed 100's command and counts runs finished at seeds 100-102, not 0-2."""
+    out = tmp_path / "grid"
+    (cell, *_) = cells_of("scaling-lr-grid", "smoke")
+    for seed, status in ((0, "done"), (1, "done"), (100, "done"), (101, "running")):
+        (out / cell.name / f"seed{seed}").mkdir(parents=True)
+        (out / cell.name / f"seed{seed}" / "cell.json").write_text(json.dumps({"status": status}))
+    assert main(["sweep", "scaling-lr-grid", "--scale", "smoke", "--seeds", "3", "--list", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert f"{cell.name} (3 seeds from 100): reluattn train --preset cpu-small --seed 100 " in printed
+    assert printed.rstrip().endswith(f"{len(cells_of('scaling-lr-grid', 'smoke')) * 3} runs planned, 1 finished in {out}")
+
+
+def test_the_sweep_runs_the_selection_grid_at_seeds_100_to_102(tmp_path, monkeypatch):
+    from reluattn.study import report, sweep
+    pending = []
+    monkeypatch.setattr(sweep, "_run_pending", lambda experiment, scale, out, data, jobs, *rest: pending.extend(jobs))
+    monkeypatch.setattr(report, "write_report", lambda *args, **kwargs: {"table": "-"})
+    sweep.run_sweep("scaling-lr-grid", scale="smoke", seeds=3, out=tmp_path / "grid", progress=False,
+                    cells=["d8x1-relu-lr0.002"])
+    assert [(cell.name, seed) for cell, seed in pending] == [("d8x1-relu-lr0.002", s) for s in (100, 101, 102)]
