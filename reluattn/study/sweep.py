@@ -268,7 +268,15 @@ def _run_pending(experiment, scale, out, data, pending, total, counts, progress,
 
 def _refuse_stale_runs(out: Path, experiment: str, scale: str, jobs, records) -> None:
     """A run finished (or checkpointed, so it would resume) with other flags than the grid's is not the
-    current cell: refuse rather than count it as done, resume it, or delete it."""
+    current cell: refuse rather than count it as done, resume it, or delete it. So is a run recorded for another
+    experiment (copied in): the report would leave it out, so the sweep must not count it as done."""
+    foreign = [f"{cell.name}/seed{seed} ({records[cell.name, seed].get('experiment')})" for cell, seed in jobs
+               if records[cell.name, seed] is not None and records[cell.name, seed].get("experiment") != experiment]
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (" ..." if len(foreign) > 5 else "")
+        raise ValueError(f"{out}: {len(foreign)} runs were recorded for another experiment than {experiment} "
+                         f"({shown}; \"experiment\" in their cell.json); a sweep folder holds one experiment's "
+                         f"runs: pass a new --out, or move those run folders away")
     stale = [f"{cell.name}/seed{seed}" for cell, seed in jobs
              if records[cell.name, seed] is not None and is_stale(records[cell.name, seed], cell, seed)
              and (records[cell.name, seed].get("status") == "done"

@@ -88,3 +88,19 @@ def test_the_sweep_runs_the_selection_grid_at_seeds_100_to_102(tmp_path, monkeyp
     sweep.run_sweep("scaling-lr-grid", scale="smoke", seeds=3, out=tmp_path / "grid", progress=False,
                     cells=["d8x1-relu-lr0.002"])
     assert [(cell.name, seed) for cell, seed in pending] == [("d8x1-relu-lr0.002", s) for s in (100, 101, 102)]
+
+
+def test_a_run_copied_in_from_another_experiment_is_refused_not_counted_done(tmp_path, monkeypatch):
+    """The report reads only runs recorded for its own experiment, so the sweep must not skip such a run as
+    done: a scaling run copied into a scaling-tuned folder (the same command at a rate the two share) is refused."""
+    from reluattn.study import sweep
+    (cell, *_) = cells_of("scaling-tuned", "smoke")
+    out = tmp_path / "tuned"
+    (out / cell.name / "seed0").mkdir(parents=True)
+    (out / "sweep.json").write_text(json.dumps({"experiment": "scaling-tuned", "scale": "smoke"}))
+    record = {"cell": cell.name, "seed": 0, "status": "done", "labels": cell.labels, "experiment": "scaling",
+              "command": " ".join(["reluattn", "train", "--out", "x", *train_arguments(cell, 0)])}
+    (out / cell.name / "seed0" / "cell.json").write_text(json.dumps(record))
+    monkeypatch.setattr(sweep, "_run_pending", lambda *args: pytest.fail("nothing may run"))
+    with pytest.raises(ValueError, match=r"recorded for another experiment than scaling-tuned .*\(scaling\)"):
+        sweep.run_sweep("scaling-tuned", scale="smoke", seeds=1, out=out, progress=False, cells=[cell.name])
