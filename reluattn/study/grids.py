@@ -272,6 +272,11 @@ def _lr_grid(scale):
             for kind in LR_GRID_KINDS for lr in LR_GRID]
 
 
+def size_key(dim, depth, kind) -> str:
+    """A sized cell's name and its learning-rate key, e.g. "d128x6-relu"."""
+    return f"d{dim}x{depth}-{kind}"
+
+
 def chosen_learning_rates(cells: dict) -> dict:
     """{kind: lr} with the best mean validation accuracy over seeds, from an lr-grid's aggregate() of
     best_val_accuracy (ties: the smaller lr); {"d<dim>x<depth>-<kind>": lr} for the scaling-lr-grid, whose
@@ -279,7 +284,7 @@ def chosen_learning_rates(cells: dict) -> dict:
     best = {}
     for cell in cells.values():
         labels = cell["labels"]
-        key = labels["kind"] if labels.get("dim") is None else f"d{labels['dim']}x{labels['depth']}-{labels['kind']}"
+        key = labels["kind"] if labels.get("dim") is None else size_key(labels["dim"], labels["depth"], labels["kind"])
         if key not in best or (cell["mean"], -labels["lr"]) > (best[key][0], -best[key][1]):
             best[key] = (cell["mean"], labels["lr"])
     return {key: lr for key, (_, lr) in sorted(best.items())}

@@ -13,7 +13,7 @@ stands beside it, it does not replace it.
 
 from __future__ import annotations
 
-from .grids import WORTSMAN
+from .grids import WORTSMAN, size_key
 from .records import HEADLINE_SEEDS, MATCH_MARGIN, SLOPE_MARGIN, Cell, Claim, Experiment, Planned
 
 SCALING_LADDER = {  # (dim, depth, heads, mlp_dim)
@@ -29,7 +29,7 @@ SELECTION_FIRST_SEED = 100        # the selection runs' seeds (100, 101, 102) ar
 # "chosen_learning_rates": the best mean best_val_accuracy; test accuracy is not read). Empty until those runs
 # exist; the smoke scale's are fixed, for trying the machinery only.
 SCALING_TUNED_RATES: dict[str, dict[str, float]] = {
-    "smoke": {f"d{d}x{n}-{kind}": 2e-3 for d, n, _, _ in SCALING_LADDER["smoke"] for kind in KINDS},
+    "smoke": {size_key(d, n, kind): 2e-3 for d, n, _, _ in SCALING_LADDER["smoke"] for kind in KINDS},
     "cpu": {},
     "gpu": {},
 }
@@ -45,7 +45,7 @@ def _cell(dim, depth, kind, flags, suffix="", **seeds) -> Cell:
     labels = {"dim": dim, "depth": depth, "kind": kind, "alpha": 1.0 if kind == "relu" else None}
     if "--lr" in flags:
         labels["lr"] = flags["--lr"]
-    return Cell(f"d{dim}x{depth}-{kind}{suffix}", labels, {**flags, "--attention": kind, "--alpha": 1.0}, **seeds)
+    return Cell(size_key(dim, depth, kind) + suffix, labels, {**flags, "--attention": kind, "--alpha": 1.0}, **seeds)
 
 
 def _scaling(scale):
@@ -57,11 +57,11 @@ def _matches(scale):
     """relu / L against softmax at every size (equivalence within 1 point) and the slope of the gap against
     log10 training FLOPs (within 1 point per tenfold compute)."""
     ladder = SCALING_LADDER[scale]
-    pairs = [Planned(f"{d} wide x {n} deep: relu / L minus softmax", f"d{d}x{n}-softmax", f"d{d}x{n}-relu",
+    pairs = [Planned(f"{d} wide x {n} deep: relu / L minus softmax", size_key(d, n, "softmax"), size_key(d, n, "relu"),
                      expect="equal", margin=MATCH_MARGIN) for d, n, _, _ in ladder]
     slope = Planned("relu / L minus softmax, slope per tenfold training FLOPs",
-                    tuple(f"d{d}x{n}-softmax" for d, n, _, _ in ladder),
-                    tuple(f"d{d}x{n}-relu" for d, n, _, _ in ladder), expect="equal", margin=SLOPE_MARGIN,
+                    tuple(size_key(d, n, "softmax") for d, n, _, _ in ladder),
+                    tuple(size_key(d, n, "relu") for d, n, _, _ in ladder), expect="equal", margin=SLOPE_MARGIN,
                     kind="slope")
     return pairs + [slope]
 
@@ -90,14 +90,14 @@ SCALING_LR_GRID = Experiment(
 
 def _scaling_tuned(scale):
     rates = SCALING_TUNED_RATES.get(scale) or {}
-    missing = [f"d{d}x{n}-{kind}" for d, n, _, _ in SCALING_LADDER[scale] for kind in KINDS
-               if f"d{d}x{n}-{kind}" not in rates]
+    missing = [size_key(d, n, kind) for d, n, _, _ in SCALING_LADDER[scale] for kind in KINDS
+               if size_key(d, n, kind) not in rates]
     if missing:
         raise ValueError(
             f"scaling-tuned at scale {scale} waits for its learning rates ({', '.join(missing)}): run `reluattn "
             f"sweep scaling-lr-grid --scale {scale}`, then copy its report's chosen_learning_rates into "
             f"SCALING_TUNED_RATES in reluattn/study/scaling_grids.py")
-    return [_cell(d, n, kind, {**_size_flags(d, n, h, m, scale), "--lr": rates[f"d{d}x{n}-{kind}"]},
+    return [_cell(d, n, kind, {**_size_flags(d, n, h, m, scale), "--lr": rates[size_key(d, n, kind)]},
                   seeds=HEADLINE_SEEDS[scale])
             for d, n, h, m in SCALING_LADDER[scale] for kind in KINDS]
 

@@ -4,12 +4,12 @@ with stand-in rates (2e-3 for every size and kind) wherever the real ones are no
 
 import pytest
 
-from reluattn.study import scaling_grids
+from reluattn.study import grids, scaling_grids
 
 
 @pytest.fixture(autouse=True)
 def stand_in_tuned_rates(monkeypatch):
     for scale, ladder in scaling_grids.SCALING_LADDER.items():
         if not scaling_grids.SCALING_TUNED_RATES.get(scale):
-            rates = {f"d{d}x{n}-{kind}": 2e-3 for d, n, _, _ in ladder for kind in scaling_grids.KINDS}
+            rates = {grids.size_key(d, n, kind): 2e-3 for d, n, _, _ in ladder for kind in scaling_grids.KINDS}
             monkeypatch.setitem(scaling_grids.SCALING_TUNED_RATES, scale, rates)
