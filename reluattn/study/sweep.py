@@ -225,7 +225,11 @@ def run_sweep(experiment: str, *, scale: str = "cpu", seeds: int = 2, out, data:
         print(f"reluattn sweep {experiment} --scale {scale}: {len(jobs)} runs ({len(cells)} cells x {seeds}+ "
               f"seeds), {counts['skipped']} already done, {len(pending)} to run; folder {out}", file=stdout,
               flush=True)
-        _run_pending(experiment, scale, out, data, pending, len(jobs), counts, progress, stdout)
+        seconds = {}  # a cell's finished runs' times: the time left is estimated cell by cell
+        for (name, _), record in records.items():
+            if (record or {}).get("status") == "done" and "sweep_seconds" in record:
+                seconds.setdefault(name, []).append(record["sweep_seconds"])
+        _run_pending(experiment, scale, out, data, pending, len(jobs), counts, progress, stdout, seconds)
         from .report import write_report
         counts["report"] = write_report(experiment, out, scale=scale)
     print(f"reluattn sweep {experiment}: {counts['done']} run, {counts['skipped']} skipped, {counts['failed']} "
@@ -233,8 +237,9 @@ def run_sweep(experiment: str, *, scale: str = "cpu", seeds: int = 2, out, data:
     return counts
 
 
-def _run_pending(experiment, scale, out, data, pending, total, counts, progress, stdout) -> None:
+def _run_pending(experiment, scale, out, data, pending, total, counts, progress, stdout, seconds) -> None:
     """Run the pending (cell, seed)s one after the other, a line each; stop (KeyboardInterrupt) when asked."""
+    from ..progress import duration, seconds_left
     bar = _progress_bar(total, counts["skipped"], progress)
     Child.stop = None
     previous = {s: signal.signal(s, stop_requested) for s in STOP_SIGNALS}
@@ -248,10 +253,11 @@ def _run_pending(experiment, scale, out, data, pending, total, counts, progress,
                                         f"{record['status']} (a stopped cell keeps its checkpoint); rerun the "
                                         f"same command to continue")
             counts[record["status"]] += 1
-            elapsed = time.time() - started
-            left = elapsed / (index + 1) * (len(pending) - index - 1)
+            if record["status"] == "done":
+                seconds.setdefault(cell.name, []).append(record["sweep_seconds"])
+            left = seconds_left(pending[index + 1:], seconds, (time.time() - started) / (index + 1))
             line = (f"[{counts['skipped'] + index + 1}/{total}] {cell.name} seed {seed}: {record['status']}"
-                    f" in {record['sweep_seconds']:.0f} s; about {_duration(left)} left")
+                    f" in {record['sweep_seconds']:.0f} s; about {duration(left)} left")
             if record["status"] == "failed":
                 line += f" ({record['error']})"
             if bar is not None:
@@ -302,9 +308,3 @@ def _progress_bar(total: int, initial: int, progress: bool):
         return None
     from ..progress import tqdm
     return tqdm(total=total, initial=initial, unit="run", dynamic_ncols=True, file=sys.stderr)
-
-
-def _duration(seconds: float) -> str:
-    minutes, seconds = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min {seconds:02d} s"

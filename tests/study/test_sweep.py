@@ -302,3 +302,21 @@ def test_a_kind_keeps_its_colour_in_every_panel():
     _plot_series(axes[1], {"relu": [(1.0, 0.5, 0.0)]}, names=["gelu", "relu"])
     colours = [ax.get_legend_handles_labels()[0][-1].lines[0].get_color() for ax in axes]
     assert colours == [palette.series(1)["color"]] * 2
+
+
+def test_the_time_left_counts_each_remaining_run_at_its_own_cells_pace(tmp_path, monkeypatch):
+    """A sweep restarted after its cheap cells had printed hours too few: it averaged only its own runs, and
+    the long-sequence cells differ some 30 times in cost. Each remaining run now counts at its cell's mean."""
+    cheap, dear, new = (Cell(name, {}, {}) for name in ("cheap", "dear", "new"))
+    monkeypatch.setattr(sweep_module, "run_cell", lambda *args: {"status": "done", "sweep_seconds": 10.0})
+    out = []
+    stdout = type("Lines", (), {"write": lambda self, text: out.append(text), "flush": lambda self: None})()
+    seconds = {"cheap": [50.0], "dear": [3000.0, 4000.0]}  # earlier sessions' finished runs
+    pending = [(cheap, 1), (dear, 1), (cheap, 2), (new, 0)]
+    counts = {"done": 0, "failed": 0, "skipped": 3}
+    sweep_module._run_pending("kv-memory", "smoke", tmp_path, None, pending, 7, counts, False, stdout, seconds)
+    lines = "".join(out).splitlines()
+    # after cheap seed 1: dear at 3,500 s + cheap at (50 + 10) / 2 + new at this sweep's own pace (about 0 s)
+    assert lines[0] == "[4/7] cheap seed 1: done in 10 s; about 58 min 50 s left"
+    assert lines[1].endswith("about 0 min 30 s left") and lines[-1].endswith("about 0 min 00 s left")
+    assert seconds["cheap"] == [50.0, 10.0, 10.0] and seconds["new"] == [10.0] and counts["done"] == 4
