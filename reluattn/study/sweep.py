@@ -34,11 +34,11 @@ from pathlib import Path
 
 from ..machine import machine_description
 from ..training.files import TEMPORARY_MARK, write_atomically
-from ..training.run_folder import (CELL_RECORD, CONFIG_COPY, FEWSHOT, TRAIN_LOG, RunFolderError, RunFolderLock,
-                                   remove_our_files)
+from ..training.run_folder import (CELL_RECORD, CONFIG_COPY, FEWSHOT, SUMMARY, TRAIN_LOG, RunFolderError,
+                                   RunFolderLock, remove_our_files)
 from .cell_process import STOP_SIGNALS, Child, open_log, run_child, stop_requested
 from .experiments import EXPERIMENTS, FEWSHOT_SHOTS, cells_of, seeds_of, train_arguments
-from .sweep_folder import is_stale, use_sweep_folder
+from .sweep_folder import has_checkpoint, refuse_stale_runs, run_dir_of, use_sweep_folder
 
 # What a run directory may hold before its first checkpoint; a cell restarted from scratch removes only these.
 RESTARTABLE_FILES = ("metrics.jsonl", "summary.json", TRAIN_LOG, CELL_RECORD, FEWSHOT, CONFIG_COPY)
@@ -62,10 +62,6 @@ def read_cell_record(run_dir: Path) -> dict | None:
     except (OSError, ValueError):
         return None
     return record if isinstance(record, dict) else None
-
-
-def _has_checkpoint(run_dir: Path) -> bool:
-    return (run_dir / "checkpoints" / "LATEST").is_file()
 
 
 def _clear_partial_run(run_dir: Path) -> None:
@@ -107,7 +103,7 @@ def run_cell(experiment: str, cell, seed: int, run_dir: Path, data: str | None, 
     try:
         with RunFolderLock(run_dir):  # no trainer of this cell may be running while the sweep clears it
             _clean_cell_temporaries(run_dir)
-            resume = _has_checkpoint(run_dir)
+            resume = has_checkpoint(run_dir)
             if not resume:
                 _clear_partial_run(run_dir)
     except RunFolderError as error:  # someone else's run, or files not ours: leave the folder as it is
@@ -186,8 +182,14 @@ def _last_error_line(log_path: Path) -> str:
     return (errors or lines or ["no output"])[-1][-300:]
 
 
-def run_dir_of(out: Path, cell_name: str, seed: int) -> Path:
-    return Path(out) / cell_name / f"seed{seed}"
+def seconds_spent(run_dir: Path, record: dict) -> float:
+    """A finished run's time: the trainer's own wall time where it is longer, since a resumed run's record counts
+    only its last attempt (and a killed attempt left no record of its time)."""
+    try:
+        trained = float(json.loads((run_dir / SUMMARY).read_text()).get("wall_time_s", 0.0))
+    except (OSError, ValueError, TypeError, AttributeError):
+        trained = 0.0
+    return max(float(record.get("sweep_seconds", 0.0)), trained)
 
 
 def select_cells(experiment: str, scale: str, patterns=None) -> list:
@@ -219,16 +221,16 @@ def run_sweep(experiment: str, *, scale: str = "cpu", seeds: int = 2, out, data:
         jobs = [(cell, cell.first_seed + i) for i in range(max(seeds_of(cell, seeds) for cell in cells))
                 for cell in cells if i < seeds_of(cell, seeds)]
         records = {(c.name, s): read_cell_record(run_dir_of(out, c.name, s)) for c, s in jobs}
-        _refuse_stale_runs(out, experiment, scale, jobs, records)
+        refuse_stale_runs(out, experiment, scale, jobs, records)
         pending = [(c, s) for c, s in jobs if (records[c.name, s] or {}).get("status") != "done"]
         counts = {"done": 0, "failed": 0, "skipped": len(jobs) - len(pending)}
         print(f"reluattn sweep {experiment} --scale {scale}: {len(jobs)} runs ({len(cells)} cells x {seeds}+ "
               f"seeds), {counts['skipped']} already done, {len(pending)} to run; folder {out}", file=stdout,
               flush=True)
         seconds = {}  # a cell's finished runs' times: the time left is estimated cell by cell
-        for (name, _), record in records.items():
-            if (record or {}).get("status") == "done" and "sweep_seconds" in record:
-                seconds.setdefault(name, []).append(record["sweep_seconds"])
+        for (name, seed), record in records.items():
+            if (record or {}).get("status") == "done":
+                seconds.setdefault(name, []).append(seconds_spent(run_dir_of(out, name, seed), record))
         _run_pending(experiment, scale, out, data, pending, len(jobs), counts, progress, stdout, seconds)
         from .report import write_report
         counts["report"] = write_report(experiment, out, scale=scale)
@@ -254,7 +256,7 @@ def _run_pending(experiment, scale, out, data, pending, total, counts, progress,
                                         f"same command to continue")
             counts[record["status"]] += 1
             if record["status"] == "done":
-                seconds.setdefault(cell.name, []).append(record["sweep_seconds"])
+                seconds.setdefault(cell.name, []).append(seconds_spent(run_dir_of(out, cell.name, seed), record))
             left = seconds_left(pending[index + 1:], seconds, (time.time() - started) / (index + 1))
             line = (f"[{counts['skipped'] + index + 1}/{total}] {cell.name} seed {seed}: {record['status']}"
                     f" in {record['sweep_seconds']:.0f} s; about {duration(left)} left")
@@ -270,29 +272,6 @@ def _run_pending(experiment, scale, out, data, pending, total, counts, progress,
             signal.signal(signum, handler)
         if bar is not None:
             bar.close()
-
-
-def _refuse_stale_runs(out: Path, experiment: str, scale: str, jobs, records) -> None:
-    """A run finished (or checkpointed, so it would resume) with other flags than the grid's is not the
-    current cell: refuse rather than count it as done, resume it, or delete it. So is a run recorded for another
-    experiment (copied in): the report would leave it out, so the sweep must not count it as done."""
-    foreign = [f"{cell.name}/seed{seed} ({records[cell.name, seed].get('experiment')})" for cell, seed in jobs
-               if records[cell.name, seed] is not None and records[cell.name, seed].get("experiment") != experiment]
-    if foreign:
-        shown = ", ".join(foreign[:5]) + (" ..." if len(foreign) > 5 else "")
-        raise ValueError(f"{out}: {len(foreign)} runs were recorded for another experiment than {experiment} "
-                         f"({shown}; \"experiment\" in their cell.json); a sweep folder holds one experiment's "
-                         f"runs: pass a new --out, or move those run folders away")
-    stale = [f"{cell.name}/seed{seed}" for cell, seed in jobs
-             if records[cell.name, seed] is not None and is_stale(records[cell.name, seed], cell, seed)
-             and (records[cell.name, seed].get("status") == "done"
-                  or _has_checkpoint(run_dir_of(out, cell.name, seed)))]
-    if stale:
-        shown = ", ".join(stale[:5]) + (" ..." if len(stale) > 5 else "")
-        raise ValueError(f"{out}: {len(stale)} runs were trained with other flags than the {experiment} grid at "
-                         f"scale {scale} now gives ({shown}; compare their cell.json \"command\" with "
-                         f"`reluattn sweep {experiment} --scale {scale} --list`); pass a new --out to run the "
-                         f"current grid, or move those run folders away to train them again")
 
 
 def report_sweep(out, experiment: str | None = None, scale: str | None = None) -> dict:

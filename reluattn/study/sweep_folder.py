@@ -3,6 +3,8 @@
     with use_sweep_folder(out, experiment, scale) as saved:            a sweep: lock, admit, clean
     with use_sweep_folder(out, experiment, scale, report=True) as saved:   --report: sweep.json must be there
     is_stale(record, cell, seed)        whether a cell's recorded train command is not the current grid's
+    refuse_stale_runs(out, ...)         refuse runs recorded for another experiment or with other flags
+    run_dir_of(out, cell, seed)         a run's folder: <out>/<cell>/seed<seed>
 
 The lock is a run folder's kind (reluattn/training/folder_lock.py) on `<out>/.reluattn-sweep.lock`, held for
 the sweep's (or the report's) life: the kernel drops it when its holder ends, however it ends. `sweep.json`
@@ -144,3 +146,34 @@ def recorded_train_arguments(command) -> list[str] | None:
 def is_stale(record: dict, cell, seed: int) -> bool:
     """Whether a cell record's run is not the current grid's (its train command differs; --out and --data may)."""
     return recorded_train_arguments(record.get("command")) != train_arguments(cell, seed)
+
+
+def run_dir_of(out: Path, cell_name: str, seed: int) -> Path:
+    return Path(out) / cell_name / f"seed{seed}"
+
+
+def has_checkpoint(run_dir: Path) -> bool:
+    return (run_dir / "checkpoints" / "LATEST").is_file()
+
+
+def refuse_stale_runs(out: Path, experiment: str, scale: str, jobs, records) -> None:
+    """A run finished (or checkpointed, so it would resume) with other flags than the grid's is not the
+    current cell: refuse rather than count it as done, resume it, or delete it. So is a run recorded for another
+    experiment (copied in): the report would leave it out, so the sweep must not count it as done."""
+    foreign = [f"{cell.name}/seed{seed} ({records[cell.name, seed].get('experiment')})" for cell, seed in jobs
+               if records[cell.name, seed] is not None and records[cell.name, seed].get("experiment") != experiment]
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (" ..." if len(foreign) > 5 else "")
+        raise ValueError(f"{out}: {len(foreign)} runs were recorded for another experiment than {experiment} "
+                         f"({shown}; \"experiment\" in their cell.json); a sweep folder holds one experiment's "
+                         f"runs: pass a new --out, or move those run folders away")
+    stale = [f"{cell.name}/seed{seed}" for cell, seed in jobs
+             if records[cell.name, seed] is not None and is_stale(records[cell.name, seed], cell, seed)
+             and (records[cell.name, seed].get("status") == "done"
+                  or has_checkpoint(run_dir_of(out, cell.name, seed)))]
+    if stale:
+        shown = ", ".join(stale[:5]) + (" ..." if len(stale) > 5 else "")
+        raise ValueError(f"{out}: {len(stale)} runs were trained with other flags than the {experiment} grid at "
+                         f"scale {scale} now gives ({shown}; compare their cell.json \"command\" with "
+                         f"`reluattn sweep {experiment} --scale {scale} --list`); pass a new --out to run the "
+                         f"current grid, or move those run folders away to train them again")

@@ -312,11 +312,14 @@ def test_the_time_left_counts_each_remaining_run_at_its_own_cells_pace(tmp_path,
     out = []
     stdout = type("Lines", (), {"write": lambda self, text: out.append(text), "flush": lambda self: None})()
     seconds = {"cheap": [50.0], "dear": [3000.0, 4000.0]}  # earlier sessions' finished runs
+    # cheap seed 1 was resumed: its trainer's wall time (70 s) counts, not the 10 s of its last attempt
+    (tmp_path / "cheap" / "seed1").mkdir(parents=True)
+    (tmp_path / "cheap" / "seed1" / "summary.json").write_text(json.dumps({"wall_time_s": 70.0}))
     pending = [(cheap, 1), (dear, 1), (cheap, 2), (new, 0)]
     counts = {"done": 0, "failed": 0, "skipped": 3}
     sweep_module._run_pending("kv-memory", "smoke", tmp_path, None, pending, 7, counts, False, stdout, seconds)
     lines = "".join(out).splitlines()
-    # after cheap seed 1: dear at 3,500 s + cheap at (50 + 10) / 2 + new at this sweep's own pace (about 0 s)
-    assert lines[0] == "[4/7] cheap seed 1: done in 10 s; about 58 min 50 s left"
-    assert lines[1].endswith("about 0 min 30 s left") and lines[-1].endswith("about 0 min 00 s left")
-    assert seconds["cheap"] == [50.0, 10.0, 10.0] and seconds["new"] == [10.0] and counts["done"] == 4
+    # after cheap seed 1: dear at 3,500 s + cheap at (50 + 70) / 2 + new at this sweep's own pace (about 0 s)
+    assert lines[0] == "[4/7] cheap seed 1: done in 10 s; about 59 min 20 s left"
+    assert lines[1].endswith("about 1 min 00 s left") and lines[-1].endswith("about 0 min 00 s left")
+    assert seconds["cheap"] == [50.0, 70.0, 10.0] and seconds["new"] == [10.0] and counts["done"] == 4
