@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ..training.files import TEMPORARY_MARK, write_atomically
 from ..training.folder_lock import FolderLock
+from ..training.run_folder import CHECKPOINTS, LATEST
 from .experiments import EXPERIMENTS, SCALES, train_arguments
 
 SWEEP_LOCK = ".reluattn-sweep.lock"
@@ -153,7 +154,8 @@ def run_dir_of(out: Path, cell_name: str, seed: int) -> Path:
 
 
 def has_checkpoint(run_dir: Path) -> bool:
-    return (run_dir / "checkpoints" / "LATEST").is_file()
+    """Whether the run has a checkpoint to resume from (the trainer writes LATEST after a complete one)."""
+    return (run_dir / CHECKPOINTS / LATEST).is_file()
 
 
 def refuse_stale_runs(out: Path, experiment: str, scale: str, jobs, records) -> None:
