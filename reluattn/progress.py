@@ -15,7 +15,7 @@ if importlib.util.find_spec("ipywidgets") is not None:
 else:
     from tqdm.std import tqdm
 
-__all__ = ["tqdm", "seconds_left", "duration"]
+__all__ = ["tqdm", "seconds_left", "time_to_go", "duration"]
 
 
 def seconds_left(remaining, seconds: dict, default: float) -> float:
@@ -23,6 +23,17 @@ def seconds_left(remaining, seconds: dict, default: float) -> float:
     in cost, so one average over all runs misleads), `default` for a cell with none finished yet."""
     return sum(sum(seconds[c.name]) / len(seconds[c.name]) if seconds.get(c.name) else default
                for c, _ in remaining)
+
+
+def time_to_go(remaining, seconds: dict) -> str:
+    """A sweep's first estimate, as " (...)": the remaining runs of cells with a finished run, at those runs'
+    times; "" when nothing remains."""
+    timed = [(cell, seed) for cell, seed in remaining if seconds.get(cell.name)]
+    if not remaining or not timed:
+        return " (no finished run to time them by yet)" if remaining else ""
+    untimed = len(remaining) - len(timed)
+    return (f" (about {duration(seconds_left(timed, seconds, 0.0))} by the finished runs' times"
+            + (f", and {untimed} in cells not timed yet)" if untimed else ")"))
 
 
 def duration(seconds: float) -> str:

@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 from ..machine import machine_description
+from ..progress import duration, seconds_left, time_to_go
 from ..training.files import TEMPORARY_MARK, write_atomically
 from ..training.run_folder import (CELL_RECORD, CONFIG_COPY, FEWSHOT, SUMMARY, TRAIN_LOG, RunFolderError,
                                    RunFolderLock, remove_our_files)
@@ -224,13 +225,13 @@ def run_sweep(experiment: str, *, scale: str = "cpu", seeds: int = 2, out, data:
         refuse_stale_runs(out, experiment, scale, jobs, records)
         pending = [(c, s) for c, s in jobs if (records[c.name, s] or {}).get("status") != "done"]
         counts = {"done": 0, "failed": 0, "skipped": len(jobs) - len(pending)}
-        print(f"reluattn sweep {experiment} --scale {scale}: {len(jobs)} runs ({len(cells)} cells x {seeds}+ "
-              f"seeds), {counts['skipped']} already done, {len(pending)} to run; folder {out}", file=stdout,
-              flush=True)
         seconds = {}  # a cell's finished runs' times: the time left is estimated cell by cell
         for (name, seed), record in records.items():
             if (record or {}).get("status") == "done":
                 seconds.setdefault(name, []).append(seconds_spent(run_dir_of(out, name, seed), record))
+        print(f"reluattn sweep {experiment} --scale {scale}: {len(jobs)} runs ({len(cells)} cells x {seeds}+ "
+              f"seeds), {counts['skipped']} already done, {len(pending)} to run{time_to_go(pending, seconds)};"
+              f" folder {out}", file=stdout, flush=True)
         _run_pending(experiment, scale, out, data, pending, len(jobs), counts, progress, stdout, seconds)
         from .report import write_report
         counts["report"] = write_report(experiment, out, scale=scale)
@@ -241,7 +242,6 @@ def run_sweep(experiment: str, *, scale: str = "cpu", seeds: int = 2, out, data:
 
 def _run_pending(experiment, scale, out, data, pending, total, counts, progress, stdout, seconds) -> None:
     """Run the pending (cell, seed)s one after the other, a line each; stop (KeyboardInterrupt) when asked."""
-    from ..progress import duration, seconds_left
     bar = _progress_bar(total, counts["skipped"], progress)
     Child.stop = None
     previous = {s: signal.signal(s, stop_requested) for s in STOP_SIGNALS}

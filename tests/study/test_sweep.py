@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from reluattn.cli import build_parser, train_config_from_args
+from reluattn.progress import time_to_go
 from reluattn.study import sweep as sweep_module
 from reluattn.study.experiments import (EXPERIMENTS, SCALES, Cell, cells_of, planned_comparisons, seeds_of,
                                         train_arguments)
@@ -202,7 +203,8 @@ def test_smoke_sweep_kill_and_rerun_gives_the_uninterrupted_table(dataset, cache
     rerun = _sweep([*common, "--out", killed], cache)
     output = rerun.communicate(timeout=600)[0]
     assert rerun.returncode == 0, output
-    assert "1 already done" in output and "1 run, 1 skipped" in output
+    assert "1 already done, 1 to run (no finished run to time them by yet)" in output
+    assert "1 run, 1 skipped" in output
     log = (second / "train.log").read_text()
     assert "resuming" in log or "already complete" in log  # continued from its checkpoint, not from scratch
     assert _table(killed) == _table(whole)
@@ -323,3 +325,15 @@ def test_the_time_left_counts_each_remaining_run_at_its_own_cells_pace(tmp_path,
     assert lines[0] == "[4/7] cheap seed 1: done in 10 s; about 59 min 20 s left"
     assert lines[1].endswith("about 1 min 00 s left") and lines[-1].endswith("about 0 min 00 s left")
     assert seconds["cheap"] == [50.0, 70.0, 10.0] and seconds["new"] == [10.0] and counts["done"] == 4
+
+
+def test_a_sweeps_first_line_estimates_the_runs_of_timed_cells_and_counts_the_others():
+    """Restarted with hours of runs to go, a sweep said nothing of them until its first run had finished."""
+    cheap, dear, new = (Cell(name, {}, {}) for name in ("cheap", "dear", "new"))
+    seconds = {"cheap": [50.0, 70.0], "dear": [3000.0, 4000.0]}
+    assert time_to_go([(cheap, 2), (dear, 2), (dear, 3)], seconds) == \
+        " (about 1 h 57 min by the finished runs' times)"
+    assert time_to_go([(dear, 2), (new, 0), (new, 1)], seconds) == \
+        " (about 58 min 20 s by the finished runs' times, and 2 in cells not timed yet)"
+    assert time_to_go([(new, 0)], seconds) == " (no finished run to time them by yet)"
+    assert time_to_go([], seconds) == ""
