@@ -240,22 +240,23 @@ def _sweep_parser(commands) -> None:
 def _command_sweep(args) -> int:
     import shlex
     from pathlib import Path
+    from .progress import time_to_go
     from .study.experiments import DEFAULT_SEEDS, seeds_of, train_arguments
-    from .study.sweep import read_cell_record, report_sweep, run_dir_of, run_sweep, select_cells
+    from .study.sweep import report_sweep, run_sweep, select_cells
+    from .study.sweep_folder import plan_sweep
     scale = args.scale or "cpu"
     out = Path(args.out or os.path.join("sweeps", f"{args.experiment}-{scale}"))
     if args.list:
         try:
             cells = select_cells(args.experiment, scale, args.cells)
-            seeds = {cell.name: seeds_of(cell, args.seeds or DEFAULT_SEEDS[scale]) for cell in cells}
+            seeds = args.seeds or DEFAULT_SEEDS[scale]
             for cell in cells:
                 start = f" from {cell.first_seed}" if cell.first_seed else ""
-                print(f"{cell.name} ({seeds[cell.name]} seeds{start}): "
+                print(f"{cell.name} ({seeds_of(cell, seeds)} seeds{start}): "
                       f"{shlex.join(['reluattn', 'train', *train_arguments(cell, cell.first_seed)])}", flush=True)
-            done = sum((read_cell_record(run_dir_of(out, cell.name, seed)) or {}).get("status") == "done"
-                       for cell in cells for seed in range(cell.first_seed, cell.first_seed + seeds[cell.name]))
-            print(f"{args.experiment} at scale {scale}: {len(cells)} cells, {sum(seeds.values())} runs planned, "
-                  f"{done} finished in {out}", flush=True)
+            jobs, _, pending, seconds = plan_sweep(out, cells, seeds)
+            print(f"{args.experiment} at scale {scale}: {len(cells)} cells, {len(jobs)} runs planned, "
+                  f"{len(jobs) - len(pending)} finished in {out}{time_to_go(pending, seconds)}", flush=True)
         except BrokenPipeError:  # `--list | head`: the reader has seen enough
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
         return 0

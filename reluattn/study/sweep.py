@@ -35,11 +35,12 @@ from pathlib import Path
 from ..machine import machine_description
 from ..progress import duration, seconds_left, time_to_go
 from ..training.files import TEMPORARY_MARK, write_atomically
-from ..training.run_folder import (CELL_RECORD, CONFIG_COPY, FEWSHOT, SUMMARY, TRAIN_LOG, RunFolderError,
+from ..training.run_folder import (CELL_RECORD, CONFIG_COPY, FEWSHOT, TRAIN_LOG, RunFolderError,
                                    RunFolderLock, remove_our_files)
 from .cell_process import STOP_SIGNALS, Child, open_log, run_child, stop_requested
-from .experiments import EXPERIMENTS, FEWSHOT_SHOTS, cells_of, seeds_of, train_arguments
-from .sweep_folder import has_checkpoint, refuse_stale_runs, run_dir_of, use_sweep_folder
+from .experiments import EXPERIMENTS, FEWSHOT_SHOTS, cells_of, train_arguments
+from .sweep_folder import (has_checkpoint, plan_sweep, read_cell_record, refuse_stale_runs, run_dir_of,
+                           seconds_spent, use_sweep_folder)
 
 # What a run directory may hold before its first checkpoint; a cell restarted from scratch removes only these.
 RESTARTABLE_FILES = ("metrics.jsonl", "summary.json", TRAIN_LOG, CELL_RECORD, FEWSHOT, CONFIG_COPY)
@@ -55,14 +56,6 @@ def fewshot_shots(scale: str) -> int:
 
 def write_json_atomically(path: Path, data) -> None:
     write_atomically(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
-
-
-def read_cell_record(run_dir: Path) -> dict | None:
-    try:
-        record = json.loads((run_dir / CELL_RECORD).read_text())
-    except (OSError, ValueError):
-        return None
-    return record if isinstance(record, dict) else None
 
 
 def _clear_partial_run(run_dir: Path) -> None:
@@ -183,16 +176,6 @@ def _last_error_line(log_path: Path) -> str:
     return (errors or lines or ["no output"])[-1][-300:]
 
 
-def seconds_spent(run_dir: Path, record: dict) -> float:
-    """A finished run's time: the trainer's own wall time where it is longer, since a resumed run's record counts
-    only its last attempt (and a killed attempt left no record of its time)."""
-    try:
-        trained = float(json.loads((run_dir / SUMMARY).read_text()).get("wall_time_s", 0.0))
-    except (OSError, ValueError, TypeError, AttributeError):
-        trained = 0.0
-    return max(float(record.get("sweep_seconds", 0.0)), trained)
-
-
 def select_cells(experiment: str, scale: str, patterns=None) -> list:
     """The experiment's cells, or those whose name matches one of the glob `patterns` (e.g. "t17-*")."""
     cells = cells_of(experiment, scale)
@@ -217,18 +200,9 @@ def run_sweep(experiment: str, *, scale: str = "cpu", seeds: int = 2, out, data:
     if seeds < 1:
         raise ValueError(f"--seeds must be >= 1, got {seeds}")
     with use_sweep_folder(out, experiment, scale):
-        # Seed-major: a sweep cut short still has the whole grid at its first seeds. A headline cell (relu / L
-        # against softmax) runs at least its own number of seeds.
-        jobs = [(cell, cell.first_seed + i) for i in range(max(seeds_of(cell, seeds) for cell in cells))
-                for cell in cells if i < seeds_of(cell, seeds)]
-        records = {(c.name, s): read_cell_record(run_dir_of(out, c.name, s)) for c, s in jobs}
+        jobs, records, pending, seconds = plan_sweep(out, cells, seeds)
         refuse_stale_runs(out, experiment, scale, jobs, records)
-        pending = [(c, s) for c, s in jobs if (records[c.name, s] or {}).get("status") != "done"]
         counts = {"done": 0, "failed": 0, "skipped": len(jobs) - len(pending)}
-        seconds = {}  # a cell's finished runs' times: the time left is estimated cell by cell
-        for (name, seed), record in records.items():
-            if (record or {}).get("status") == "done":
-                seconds.setdefault(name, []).append(seconds_spent(run_dir_of(out, name, seed), record))
         print(f"reluattn sweep {experiment} --scale {scale}: {len(jobs)} runs ({len(cells)} cells x {seeds}+ "
               f"seeds), {counts['skipped']} already done, {len(pending)} to run{time_to_go(pending, seconds)};"
               f" folder {out}", file=stdout, flush=True)

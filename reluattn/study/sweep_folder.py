@@ -5,6 +5,9 @@
     is_stale(record, cell, seed)        whether a cell's recorded train command is not the current grid's
     refuse_stale_runs(out, ...)         refuse runs recorded for another experiment or with other flags
     run_dir_of(out, cell, seed)         a run's folder: <out>/<cell>/seed<seed>
+    read_cell_record(run_dir)           a run's cell.json, None where it has none (or it does not parse)
+    seconds_spent(run_dir, record)      a finished run's time, all its attempts
+    plan_sweep(out, cells, seeds)       the sweep's runs, their records, those left and the finished ones' times
 
 The lock is a run folder's kind (reluattn/training/folder_lock.py) on `<out>/.reluattn-sweep.lock`, held for
 the sweep's (or the report's) life: the kernel drops it when its holder ends, however it ends. `sweep.json`
@@ -22,8 +25,8 @@ from pathlib import Path
 
 from ..training.files import TEMPORARY_MARK, write_atomically
 from ..training.folder_lock import FolderLock
-from ..training.run_folder import CHECKPOINTS, LATEST
-from .experiments import EXPERIMENTS, SCALES, train_arguments
+from ..training.run_folder import CELL_RECORD, CHECKPOINTS, LATEST, SUMMARY
+from .experiments import EXPERIMENTS, SCALES, seeds_of, train_arguments
 
 SWEEP_LOCK = ".reluattn-sweep.lock"
 SWEEP_RECORD = "sweep.json"
@@ -179,3 +182,36 @@ def refuse_stale_runs(out: Path, experiment: str, scale: str, jobs, records) -> 
                          f"scale {scale} now gives ({shown}; compare their cell.json \"command\" with "
                          f"`reluattn sweep {experiment} --scale {scale} --list`); pass a new --out to run the "
                          f"current grid, or move those run folders away to train them again")
+
+
+def read_cell_record(run_dir: Path) -> dict | None:
+    try:
+        record = json.loads((run_dir / CELL_RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def seconds_spent(run_dir: Path, record: dict) -> float:
+    """A finished run's time: the trainer's own wall time where it is longer, since a resumed run's record counts
+    only its last attempt (and a killed attempt left no record of its time)."""
+    try:
+        trained = float(json.loads((run_dir / SUMMARY).read_text()).get("wall_time_s", 0.0))
+    except (OSError, ValueError, TypeError, AttributeError):
+        trained = 0.0
+    return max(float(record.get("sweep_seconds", 0.0)), trained)
+
+
+def plan_sweep(out: Path, cells, seeds: int):
+    """The sweep's (cell, seed) runs, seed-major (a sweep cut short still has the whole grid at its first seeds;
+    a headline cell runs at least its own number of seeds); each run's cell record (None where there is none);
+    the runs not done; and each cell's finished runs' times in seconds (the time left is estimated per cell)."""
+    jobs = [(cell, cell.first_seed + i) for i in range(max(seeds_of(cell, seeds) for cell in cells))
+            for cell in cells if i < seeds_of(cell, seeds)]
+    records = {(c.name, s): read_cell_record(run_dir_of(out, c.name, s)) for c, s in jobs}
+    pending = [(c, s) for c, s in jobs if (records[c.name, s] or {}).get("status") != "done"]
+    seconds = {}
+    for (name, seed), record in records.items():
+        if (record or {}).get("status") == "done":
+            seconds.setdefault(name, []).append(seconds_spent(run_dir_of(out, name, seed), record))
+    return jobs, records, pending, seconds

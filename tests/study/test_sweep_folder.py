@@ -280,17 +280,20 @@ def test_list_into_a_closed_pipe_exits_quietly():
 
 
 def test_list_counts_each_cells_planned_seeds_and_the_finished_runs(tmp_path, capsys):
-    """--list says how many seeds each cell plans and how many of the sweep's runs are finished in --out."""
+    """--list says how many seeds each cell plans, how many of the sweep's runs are finished in --out, and
+    about how long the rest would take."""
     out = tmp_path / "sweep"
     cells = cells_of("learned-alpha", "smoke")
     done = out / cells[0].name / "seed0"
     done.mkdir(parents=True)
-    (done / sweep_module.CELL_RECORD).write_text(json.dumps({"status": "done"}))
+    (done / sweep_module.CELL_RECORD).write_text(json.dumps({"status": "done", "sweep_seconds": 600.0}))
     failed = out / cells[1].name / "seed0"
     failed.mkdir(parents=True)
     (failed / sweep_module.CELL_RECORD).write_text(json.dumps({"status": "failed"}))
     assert main(["sweep", "learned-alpha", "--scale", "smoke", "--seeds", "2", "--list", "--out", str(out)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith(f"{cells[0].name} (2 seeds): reluattn train ")
+    # and the time to go: the finished cell's seed 1 at its seed 0's 600 s, the other cells' runs counted
     assert lines[-1] == (f"learned-alpha at scale smoke: {len(cells)} cells, {2 * len(cells)} runs planned, "
-                         f"1 finished in {out}")
+                         f"1 finished in {out} (about 10 min 00 s by the finished runs' times, and "
+                         f"{2 * len(cells) - 2} in cells not timed yet)")
