@@ -233,7 +233,8 @@ def _sweep_parser(commands) -> None:
                    "(e.g. t17-* for the 17-token cells; see --list)")
     p.add_argument("--report", action="store_true", help="only rebuild the report from the run directories "
                    "(the experiment and scale must be those of the folder's sweep.json)")
-    p.add_argument("--list", action="store_true", help="only print the cells and their train commands")
+    p.add_argument("--list", action="store_true",
+                   help="only print the cells, their train commands and what is left to run in --out")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (log lines only)")
 
 
