@@ -34,7 +34,7 @@ from .experiments import EXPERIMENTS, cells_of
 from .statistics import LABEL_COLUMNS, aggregate
 from .tables import verdicts_markdown
 from .sweep_folder import is_stale
-from .verdicts import judge
+from .verdicts import judge, planned_seeds
 
 VALUE_COLUMNS = ("best_val_accuracy", "final_val_accuracy", "test_accuracy", "fewshot_accuracy", "train_flops", "wall_time_s",
                  "attention_entropy_ratio", "attention_zero_fraction", "attention_top_share",
@@ -244,8 +244,11 @@ def write_report(experiment: str, out, *, scale: str) -> dict:
     write_atomically(table, text.getvalue())
     verdicts = judge(experiment, rows, scale)
     if experiment in ("lr-grid", "scaling-lr-grid"):  # what other grids use (LEARNING_RATES, SCALING_TUNED_RATES)
-        from .grids import chosen_learning_rates
-        verdicts["chosen_learning_rates"] = chosen_learning_rates(aggregate(rows, "best_val_accuracy"))
+        from .grids import chosen_learning_rates, rates_waiting
+        cells = aggregate(rows, "best_val_accuracy")
+        waiting = rates_waiting(cells, cells_of(experiment, scale), planned_seeds(experiment, scale))
+        verdicts["chosen_learning_rates"] = chosen_learning_rates(cells, waiting)
+        verdicts["learning_rates_waiting"] = waiting
     summary = {"experiment": experiment, "summary": EXPERIMENTS[experiment].summary,
                "exploration": EXPERIMENTS[experiment].exploration, "scale": scale, "cells_expected": expected,
                "runs": len(rows), "runs_done": sum(r["status"] == "done" for r in rows),

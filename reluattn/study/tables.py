@@ -50,6 +50,9 @@ def verdicts_markdown(result: dict) -> str:
     if result.get("chosen_learning_rates"):
         chosen = ", ".join(f"{kind} {lr:g}" for kind, lr in result["chosen_learning_rates"].items())
         lines += [f"**Learning rates chosen on validation:** {chosen}.", ""]
+    if result.get("learning_rates_waiting"):
+        waiting = ", ".join(f"{key} ({runs})" for key, runs in result["learning_rates_waiting"].items())
+        lines += [f"**Not chosen yet**, until every rate has all its planned seeds: {waiting}.", ""]
     for index, claim in enumerate(result["claims"]):
         lines += [f"**Claim {index + 1}.** \"{claim['quote']}\" — {claim['source']}.", ""]
         if claim["scope"]:

@@ -9,7 +9,7 @@ import pytest
 from reluattn.cli import main
 from reluattn.study import scaling_grids
 from reluattn.study.experiments import cells_of, planned_comparisons, seeds_of, train_arguments
-from reluattn.study.grids import chosen_learning_rates
+from reluattn.study.grids import chosen_learning_rates, rates_waiting
 from reluattn.study.records import DEFAULT_SEEDS, HEADLINE_SEEDS
 from reluattn.study.statistics import aggregate
 
@@ -40,6 +40,33 @@ def test_each_size_and_kind_gets_its_best_validation_rate_and_test_is_never_read
     chosen = chosen_learning_rates(aggregate(rows, "best_val_accuracy"))
     assert chosen == {f"d{d}x{n}-{kind}": best[kind][d] for d, n, _, _ in scaling_grids.SCALING_LADDER["cpu"]
                       for kind in ("softmax", "relu")}
+
+
+def test_no_rate_is_chosen_for_a_size_until_every_rate_of_it_has_all_its_seeds():
+    """A choice from some of the runs could change when the rest come in: the report names the sizes and kinds
+    still waiting (finished of planned runs) and chooses only the complete ones."""
+    from reluattn.study.tables import verdicts_markdown
+    from reluattn.study.verdicts import planned_seeds
+    design = cells_of("scaling-lr-grid", "cpu")
+    rows = []
+    for cell in design:
+        labels = cell.labels
+        seeds = (100, 101, 102)
+        if labels["dim"] == 96 and labels["kind"] == "softmax":  # two rates one seed short, one a seed over
+            seeds = (100, 101, 102, 103) if labels["lr"] == 4e-3 else (100, 101)
+        if labels["dim"] in (32, 64):
+            seeds = ()          # not run yet
+        rows += [{"cell": cell.name, "seed": s, "status": "done", **labels,
+                  "best_val_accuracy": 0.6 - abs(labels["lr"] - 2e-3) * 10} for s in seeds]
+    cells = aggregate(rows, "best_val_accuracy")
+    waiting = rates_waiting(cells, design, planned_seeds("scaling-lr-grid", "cpu"))
+    assert waiting == {"d32x2-softmax": "0 of 9 runs", "d32x2-relu": "0 of 9 runs", "d64x4-softmax": "0 of 9 runs",
+                       "d64x4-relu": "0 of 9 runs", "d96x6-softmax": "7 of 9 runs"}
+    assert chosen_learning_rates(cells, waiting) == {"d128x6-relu": 2e-3, "d128x6-softmax": 2e-3, "d96x6-relu": 2e-3}
+    page = verdicts_markdown({"claims": [], "comparisons": [], "chosen_learning_rates": {"d96x6-relu": 2e-3},
+                              "learning_rates_waiting": waiting})
+    assert "**Not chosen yet**, until every rate has all its planned seeds: d32x2-softmax (0 of 9 runs)" in page
+    assert "d96x6-softmax (7 of 9 runs)." in page
 
 
 def test_the_tuned_grid_runs_each_size_at_its_chosen_rate_with_scalings_comparisons(monkeypatch):
