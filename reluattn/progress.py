@@ -26,14 +26,14 @@ def seconds_left(remaining, seconds: dict, default: float) -> float:
 
 
 def time_to_go(remaining, seconds: dict) -> str:
-    """A sweep's first estimate, as " (...)": the remaining runs of cells with a finished run, at those runs'
-    times; "" when nothing remains."""
+    """A sweep's first estimate, as " (...)": the remaining runs of cells with a run finished on this machine,
+    at those runs' times (`seconds`); "" when nothing remains."""
     timed = [(cell, seed) for cell, seed in remaining if seconds.get(cell.name)]
     if not remaining or not timed:
-        return " (no finished run to time them by yet)" if remaining else ""
+        return " (no run finished on this machine to time them by yet)" if remaining else ""
     untimed = len(remaining) - len(timed)
-    return (f" (about {duration(seconds_left(timed, seconds, 0.0))} by the finished runs' times"
-            + (f", and {untimed} in cells not timed yet)" if untimed else ")"))
+    return (f" (about {duration(seconds_left(timed, seconds, 0.0))} by this machine's finished runs"
+            + (f", and {untimed} in cells not timed here yet)" if untimed else ")"))
 
 
 def duration(seconds: float) -> str:

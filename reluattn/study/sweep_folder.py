@@ -23,6 +23,7 @@ import shlex
 from contextlib import contextmanager
 from pathlib import Path
 
+from ..machine import machine_description
 from ..training.files import TEMPORARY_MARK, write_atomically
 from ..training.folder_lock import FolderLock
 from ..training.run_folder import CELL_RECORD, CHECKPOINTS, LATEST, SUMMARY
@@ -205,13 +206,14 @@ def seconds_spent(run_dir: Path, record: dict) -> float:
 def plan_sweep(out: Path, cells, seeds: int):
     """The sweep's (cell, seed) runs, seed-major (a sweep cut short still has the whole grid at its first seeds;
     a headline cell runs at least its own number of seeds); each run's cell record (None where there is none);
-    the runs not done; and each cell's finished runs' times in seconds (the time left is estimated per cell)."""
+    the runs not done; and each cell's times in seconds of the runs finished on this machine (the time left is
+    estimated per cell; runs copied in from another machine, say a GPU's, would misstate this one's pace)."""
     jobs = [(cell, cell.first_seed + i) for i in range(max(seeds_of(cell, seeds) for cell in cells))
             for cell in cells if i < seeds_of(cell, seeds)]
     records = {(c.name, s): read_cell_record(run_dir_of(out, c.name, s)) for c, s in jobs}
     pending = [(c, s) for c, s in jobs if (records[c.name, s] or {}).get("status") != "done"]
-    seconds = {}
+    seconds, here = {}, machine_description()
     for (name, seed), record in records.items():
-        if (record or {}).get("status") == "done":
+        if (record or {}).get("status") == "done" and record.get("machine", here) == here:
             seconds.setdefault(name, []).append(seconds_spent(run_dir_of(out, name, seed), record))
     return jobs, records, pending, seconds

@@ -203,7 +203,7 @@ def test_smoke_sweep_kill_and_rerun_gives_the_uninterrupted_table(dataset, cache
     rerun = _sweep([*common, "--out", killed], cache)
     output = rerun.communicate(timeout=600)[0]
     assert rerun.returncode == 0, output
-    assert "1 already done, 1 to run (no finished run to time them by yet)" in output
+    assert "1 already done, 1 to run (no run finished on this machine to time them by yet)" in output
     assert "1 run, 1 skipped" in output
     log = (second / "train.log").read_text()
     assert "resuming" in log or "already complete" in log  # continued from its checkpoint, not from scratch
@@ -332,8 +332,8 @@ def test_a_sweeps_first_line_estimates_the_runs_of_timed_cells_and_counts_the_ot
     cheap, dear, new = (Cell(name, {}, {}) for name in ("cheap", "dear", "new"))
     seconds = {"cheap": [50.0, 70.0], "dear": [3000.0, 4000.0]}
     assert time_to_go([(cheap, 2), (dear, 2), (dear, 3)], seconds) == \
-        " (about 1 h 57 min by the finished runs' times)"
+        " (about 1 h 57 min by this machine's finished runs)"
     assert time_to_go([(dear, 2), (new, 0), (new, 1)], seconds) == \
-        " (about 58 min 20 s by the finished runs' times, and 2 in cells not timed yet)"
-    assert time_to_go([(new, 0)], seconds) == " (no finished run to time them by yet)"
+        " (about 58 min 20 s by this machine's finished runs, and 2 in cells not timed here yet)"
+    assert time_to_go([(new, 0)], seconds) == " (no run finished on this machine to time them by yet)"
     assert time_to_go([], seconds) == ""

@@ -290,10 +290,14 @@ def test_list_counts_each_cells_planned_seeds_and_the_finished_runs(tmp_path, ca
     failed = out / cells[1].name / "seed0"
     failed.mkdir(parents=True)
     (failed / sweep_module.CELL_RECORD).write_text(json.dumps({"status": "failed"}))
+    elsewhere = out / cells[2].name / "seed0"  # copied in from a GPU's folder: finished, but not this machine's pace
+    elsewhere.mkdir(parents=True)
+    (elsewhere / sweep_module.CELL_RECORD).write_text(
+        json.dumps({"status": "done", "sweep_seconds": 30.0, "machine": "a 16-core GPU host"}))
     assert main(["sweep", "learned-alpha", "--scale", "smoke", "--seeds", "2", "--list", "--out", str(out)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith(f"{cells[0].name} (2 seeds): reluattn train ")
     # and the time to go: the finished cell's seed 1 at its seed 0's 600 s, the other cells' runs counted
     assert lines[-1] == (f"learned-alpha at scale smoke: {len(cells)} cells, {2 * len(cells)} runs planned, "
-                         f"1 finished in {out} (about 10 min 00 s by the finished runs' times, and "
-                         f"{2 * len(cells) - 2} in cells not timed yet)")
+                         f"2 finished in {out} (about 10 min 00 s by this machine's finished runs, and "
+                         f"{2 * len(cells) - 3} in cells not timed here yet)")
