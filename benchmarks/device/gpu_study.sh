@@ -9,6 +9,10 @@
 #   PLAN=scaling:cpu DEADLINE=540 JOBS=8 bash benchmarks/device/gpu_study.sh
 # Each such folder starts as a copy of the experiment's committed runs (docs/run-logs/SCALE/EXPERIMENT), so only
 # the seeds still missing run; copy the new run folders back there (e.g. PLAN=long-sequence:cpu).
+# 2026-11-29: PLAN="long-sequence:cpu scaling-lr-grid:cpu" ran both, then again with DEADLINE=225 to resume the
+# stopped runs. The device tool sends at most 64 MiB: the tracked files (most of them docs/run-logs) and the
+# 49 MiB data zip in .gpu/ were more, so the run logs a PLAN does not read were deleted from the working tree for
+# the call (`git checkout -- docs` after); a PLAN reads only docs/run-logs/SCALE/EXPERIMENT of its own pairs.
 # The sweeps on one GPU, many cells at once, each group of cells a resumable sweep folder;
 # stopped at a deadline, the finished runs' logs (no checkpoints) packed into $OUT.
 DEADLINE=${DEADLINE:-430}; JOBS=${JOBS:-20}; PLAN=${PLAN:-}; SCALE_A=${SCALE_A:-cpu}; SCALE_S=${SCALE_S:-gpu}; EXTRA=${EXTRA:-}
@@ -16,6 +20,7 @@ export PYTHONPATH=$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false RELUATTN_CACHE=/tmp/r
 export JAX_COMPILATION_CACHE_DIR=/tmp/xla JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0
 D=${DATA:-.gpu/cifar10-train.zip}; OUT=${OUT:-/tmp/gpu-study}; mkdir -p $OUT; R=${R:-/tmp/study}; mkdir -p $R; T0=$(date +%s)
 nvidia-smi -L 2>/dev/null; lscpu | grep "Model name"; git log -1 --format=%H 2>/dev/null
+rm -rf $R/warm-run  # a second command on the same machine (resuming the sweeps) warms the cache again
 python3 -m reluattn train --preset cpu-small --data $D --steps 2 --warmup-steps 0 --out $R/warm-run --no-progress $EXTRA > $R/warm.log 2>&1 || { cat $R/warm.log; exit 1; }
 echo "cache warm after $(( $(date +%s)-T0 )) s"
 python3 - "$SCALE_A" "$SCALE_S" "$PLAN" > $R/jobs.txt <<'PY'
