@@ -235,6 +235,8 @@ def _sweep_parser(commands) -> None:
                    "(the experiment and scale must be those of the folder's sweep.json)")
     p.add_argument("--list", action="store_true",
                    help="only print the cells, their train commands and what is left to run in --out")
+    p.add_argument("--merge", nargs="+", metavar="SOURCE", help="only copy the finished runs (their logs, no "
+                   "checkpoints) of these sweep folders of the same experiment and scale into --out, then report")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (log lines only)")
 
 
@@ -261,7 +263,12 @@ def _command_sweep(args) -> int:
         except BrokenPipeError:  # `--list | head`: the reader has seen enough
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
         return 0
-    if args.report:
+    if args.merge:
+        from .study.merge import merge_sweeps
+        counts = merge_sweeps(out, args.merge, args.experiment, scale)
+        print(f"merged into {out}: {counts['copied']} runs copied, {counts['replaced']} stopped runs replaced by "
+              f"finished ones, {counts['kept']} finished there already", flush=True)
+    if args.report or args.merge:
         from .study.verdicts import describe
         paths = report_sweep(out, args.experiment, args.scale)
         print(f"wrote {paths['table']}, {paths['json']}, {paths['figure']}")

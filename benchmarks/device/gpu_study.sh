@@ -8,7 +8,8 @@
 # (the cpu-scale scaling cells, largest first; JAX_COMPILATION_CACHE_DIR only moves the cache a sweep keeps anyway):
 #   PLAN=scaling:cpu DEADLINE=540 JOBS=8 bash benchmarks/device/gpu_study.sh
 # Each such folder starts as a copy of the experiment's committed runs (docs/run-logs/SCALE/EXPERIMENT), so only
-# the seeds still missing run; copy the new run folders back there (e.g. PLAN=long-sequence:cpu).
+# the seeds still missing run; merge the new runs back there from the folders $OUT/study.tar.gz holds, e.g.
+#   reluattn sweep long-sequence --scale cpu --out docs/run-logs/cpu/long-sequence --merge STUDY/long-sequence-*/
 # 2026-11-29: PLAN="long-sequence:cpu scaling-lr-grid:cpu" ran both, then again with DEADLINE=225 to resume the
 # stopped runs. The device tool sends at most 64 MiB: the tracked files (most of them docs/run-logs) and the
 # 49 MiB data zip in .gpu/ were more, so the run logs a PLAN does not read were deleted from the working tree for

@@ -48,6 +48,11 @@ class SweepFolderLock(FolderLock):
         self.out = self.folder
 
 
+def first_few(names: list[str]) -> str:
+    """The first five of `names` for a one-line message, "..." when there are more."""
+    return ", ".join(names[:5]) + (" ..." if len(names) > 5 else "")
+
+
 def read_sweep_record(out) -> dict | None:
     """{"experiment", "scale"} from `out`/sweep.json; None when there is none; an error when it is damaged."""
     path = Path(out) / SWEEP_RECORD
@@ -88,7 +93,7 @@ def _admitted(out: Path, experiment: str | None, scale: str | None, report: bool
         ours = {SWEEP_LOCK, *(entry.name for entry in _our_temporaries(out, experiment))}
         others = sorted(entry.name for entry in out.iterdir() if entry.name not in ours)
         if others:
-            shown = ", ".join(others[:5]) + (" ..." if len(others) > 5 else "")
+            shown = first_few(others)
             raise SweepFolderError(f"{out} is not empty and is not a sweep folder (no {SWEEP_RECORD}; it holds "
                                    f"{shown}); choose another --out (a new or empty folder) — reluattn never "
                                    f"overwrites files it did not write")
@@ -169,7 +174,7 @@ def refuse_stale_runs(out: Path, experiment: str, scale: str, jobs, records) -> 
     foreign = [f"{cell.name}/seed{seed} ({records[cell.name, seed].get('experiment')})" for cell, seed in jobs
                if records[cell.name, seed] is not None and records[cell.name, seed].get("experiment") != experiment]
     if foreign:
-        shown = ", ".join(foreign[:5]) + (" ..." if len(foreign) > 5 else "")
+        shown = first_few(foreign)
         raise ValueError(f"{out}: {len(foreign)} runs were recorded for another experiment than {experiment} "
                          f"({shown}; \"experiment\" in their cell.json); a sweep folder holds one experiment's "
                          f"runs: pass a new --out, or move those run folders away")
@@ -178,7 +183,7 @@ def refuse_stale_runs(out: Path, experiment: str, scale: str, jobs, records) -> 
              and (records[cell.name, seed].get("status") == "done"
                   or has_checkpoint(run_dir_of(out, cell.name, seed)))]
     if stale:
-        shown = ", ".join(stale[:5]) + (" ..." if len(stale) > 5 else "")
+        shown = first_few(stale)
         raise ValueError(f"{out}: {len(stale)} runs were trained with other flags than the {experiment} grid at "
                          f"scale {scale} now gives ({shown}; compare their cell.json \"command\" with "
                          f"`reluattn sweep {experiment} --scale {scale} --list`); pass a new --out to run the "

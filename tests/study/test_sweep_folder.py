@@ -20,6 +20,7 @@ from reluattn.study.experiments import FEWSHOT_SHOTS, SCALE_FLAGS, cells_of, tra
 from reluattn.study.sweep_folder import SWEEP_LOCK, SweepFolderLock, is_stale
 from reluattn.training.run_folder import RunFolderLock
 
+from sweep_helpers import _done_cell, _sweep_folder
 from train_helpers import ROOT
 
 # The project's JPEG copy of CIFAR-10: RELUATTN_DATA when it names a zip, else ../shared/data/ beside the repository.
@@ -65,23 +66,6 @@ def fake_child(monkeypatch):
 
 def _no_training(*args, **kwargs):
     raise AssertionError("the sweep must not start a cell here")
-
-
-def _sweep_folder(out: Path, experiment: str = "kv-memory", scale: str = "smoke") -> Path:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "sweep.json").write_text(json.dumps({"experiment": experiment, "scale": scale}))
-    return out
-
-
-def _done_cell(out: Path, cell, seed: int = 0, command: str | None = None) -> Path:
-    run_dir = out / cell.name / f"seed{seed}"
-    run_dir.mkdir(parents=True)
-    command = command or shlex.join(["reluattn", "train", "--out", str(run_dir), *train_arguments(cell, seed)])
-    record = {"experiment": "kv-memory", "cell": cell.name, "labels": cell.labels, "seed": seed,
-              "status": "done", "command": command}
-    (run_dir / "cell.json").write_text(json.dumps(record))
-    (run_dir / "summary.json").write_text(json.dumps({"best_val_accuracy": 0.5}))
-    return run_dir
 
 
 def _snapshot(folder: Path) -> dict:
