@@ -225,7 +225,7 @@ def _sweep_parser(commands) -> None:
                    help=f"one of {', '.join(EXPERIMENTS)}")
     p.add_argument("--scale", choices=SCALES, help="the grid's budget (default: cpu; with --report, the scale "
                    "the folder's sweep.json records)")
-    p.add_argument("--seeds", type=int, help="runs per cell, seeds 0..N-1 (default: the scale's, 3 at cpu; "
+    p.add_argument("--seeds", type=int, help="runs per cell, seeds 0..N-1 (default: the scale's, 3 at cpu, 2 for its lr-grid; "
                    "relu / L-vs-softmax cells get at least 20 there)")
     p.add_argument("--out", help="the sweep folder (default: sweeps/<experiment>-<scale>)")
     p.add_argument("--data", help="the dataset, as for `reluattn train` (default: $RELUATTN_DATA)")
@@ -244,7 +244,7 @@ def _command_sweep(args) -> int:
     import shlex
     from pathlib import Path
     from .progress import time_to_go
-    from .study.experiments import DEFAULT_SEEDS, seeds_of, train_arguments
+    from .study.experiments import default_seeds, seeds_of, train_arguments
     from .study.sweep import report_sweep, run_sweep, select_cells
     from .study.sweep_folder import plan_sweep
     scale = args.scale or "cpu"
@@ -252,7 +252,7 @@ def _command_sweep(args) -> int:
     if args.list:
         try:
             cells = select_cells(args.experiment, scale, args.cells)
-            seeds = args.seeds or DEFAULT_SEEDS[scale]
+            seeds = args.seeds or default_seeds(args.experiment, scale)
             for cell in cells:
                 start = f" from {cell.first_seed}" if cell.first_seed else ""
                 print(f"{cell.name} ({seeds_of(cell, seeds)} seeds{start}): "
@@ -277,7 +277,7 @@ def _command_sweep(args) -> int:
         for claim in paths["claims"]:
             print(f"claim \"{claim['quote']}\" ({claim['source']}): {claim['verdict']}")
         return 0
-    counts = run_sweep(args.experiment, scale=scale, seeds=args.seeds or DEFAULT_SEEDS[scale], out=out,
+    counts = run_sweep(args.experiment, scale=scale, seeds=args.seeds or default_seeds(args.experiment, scale), out=out,
                        data=args.data, cells=args.cells, progress=not args.no_progress)
     return 1 if counts["failed"] else 0
 

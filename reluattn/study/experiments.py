@@ -76,6 +76,12 @@ def cells_of(experiment: str, scale: str) -> list[Cell]:
                  cell.seeds, cell.first_seed) for cell in cells]
 
 
+def default_seeds(experiment: str, scale: str) -> int:
+    """The seeds a cell of `experiment` runs at `scale` unless --seeds says otherwise: the scale's, or the
+    experiment's own where its design says so (the cpu lr-grid's 2)."""
+    return EXPERIMENTS[experiment].seeds.get(scale, DEFAULT_SEEDS[scale])
+
+
 def seeds_of(cell: Cell, seeds: int) -> int:
     """How many seeds `cell` runs when a sweep asks for `seeds`: that many, or the cell's own where it asks more."""
     return max(seeds, cell.seeds or 0)

@@ -76,3 +76,4 @@ class Experiment:
     figure: str                            # which figure figures.py draws
     fewshot: bool = False                  # also run `reluattn evaluate --fewshot` on each finished cell
     exploration: str = ""                  # not a test of a claim: why, in one sentence
+    seeds: dict = field(default_factory=dict)  # {scale: seeds} where the design runs other than the scale's default

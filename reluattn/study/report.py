@@ -244,7 +244,7 @@ def write_report(experiment: str, out, *, scale: str) -> dict:
     write_atomically(table, text.getvalue())
     verdicts = judge(experiment, rows, scale)
     if experiment in ("lr-grid", "scaling-lr-grid"):  # what other grids use (LEARNING_RATES, SCALING_TUNED_RATES)
-        from .grids import chosen_learning_rates, rates_waiting
+        from .rate_choice import chosen_learning_rates, rates_waiting
         cells = aggregate(rows, "best_val_accuracy")
         waiting = rates_waiting(cells, cells_of(experiment, scale), planned_seeds(experiment, scale))
         verdicts["chosen_learning_rates"] = chosen_learning_rates(cells, waiting)

@@ -30,8 +30,7 @@ from __future__ import annotations
 
 import math
 
-from .experiments import EXPERIMENTS, cells_of, planned_comparisons, seeds_of, value_column
-from .records import DEFAULT_SEEDS
+from .experiments import EXPERIMENTS, cells_of, default_seeds, planned_comparisons, seeds_of, value_column
 from .statistics import (aggregate, beyond_margin, compare, contrast, equivalent, holm, holm_adjusted, pooled_spread,
                          slope, spread_check)
 
@@ -79,7 +78,7 @@ def contrast_interval(result) -> tuple:
 
 def planned_seeds(experiment: str, scale: str) -> dict[str, int]:
     """Each cell's number of seeds in the design: the scale's, or the cell's own where it asks for more."""
-    return {cell.name: seeds_of(cell, DEFAULT_SEEDS[scale]) for cell in cells_of(experiment, scale)}
+    return {cell.name: seeds_of(cell, default_seeds(experiment, scale)) for cell in cells_of(experiment, scale)}
 
 
 def _verdict(claim, readings: list[str], planned: list, complete: int, designed: int, waiting: str = "") -> str:

@@ -9,7 +9,7 @@ import pytest
 from reluattn.cli import main
 from reluattn.study import scaling_grids
 from reluattn.study.experiments import cells_of, planned_comparisons, seeds_of, train_arguments
-from reluattn.study.grids import chosen_learning_rates, rates_waiting
+from reluattn.study.rate_choice import chosen_learning_rates, rates_waiting
 from reluattn.study.records import DEFAULT_SEEDS, HEADLINE_SEEDS
 from reluattn.study.statistics import aggregate
 

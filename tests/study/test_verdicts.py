@@ -11,6 +11,8 @@ from reluattn.study.experiments import EXPERIMENTS, SCALES, cells_of, planned_co
 from reluattn.study.tables import verdicts_markdown
 from reluattn.study.verdicts import describe, judge
 
+from train_helpers import ROOT
+
 
 @pytest.mark.parametrize("scale", SCALES)
 @pytest.mark.parametrize("experiment", sorted(EXPERIMENTS))
@@ -135,7 +137,7 @@ def test_the_pilot_reanalysis_is_what_the_committed_tables_say():
 
 
 def test_the_lr_grid_chooses_each_kinds_best_validation_lr_and_never_reads_test():
-    from reluattn.study.grids import chosen_learning_rates
+    from reluattn.study.rate_choice import chosen_learning_rates
     from reluattn.study.statistics import aggregate
     rows = []
     for cell in cells_of("lr-grid", "cpu"):
@@ -147,6 +149,20 @@ def test_the_lr_grid_chooses_each_kinds_best_validation_lr_and_never_reads_test(
         row.update({"kind": row["kind"], "lr": row["lr"]})
     chosen = chosen_learning_rates(aggregate(rows, "best_val_accuracy"))
     assert chosen["softmax"] == 2e-3 and chosen["relu"] == 4e-3 and len(chosen) == 7
+
+
+def test_the_committed_lr_grid_still_chooses_the_rates_the_grids_use(tmp_path):
+    """The cpu lr-grid was planned and run at 2 seeds a cell (seeds 0 and 1): its report, rebuilt from the
+    committed runs, chooses every kind's rate (none waits for a third seed), and they are LEARNING_RATES."""
+    import shutil
+    from reluattn.study.experiments import LEARNING_RATES, default_seeds
+    from reluattn.study.report import write_report
+    assert default_seeds("lr-grid", "cpu") == 2 and default_seeds("lr-grid", "gpu") == 3
+    folder = tmp_path / "lr-grid"
+    shutil.copytree(ROOT / "docs" / "run-logs" / "cpu" / "lr-grid", folder)
+    result = write_report("lr-grid", folder, scale="cpu")
+    assert result["learning_rates_waiting"] == {}
+    assert result["chosen_learning_rates"] == {kind: lr for kind, lr in LEARNING_RATES.items() if lr is not None}
 
 
 def test_a_claim_waits_for_every_planned_seed_and_cell():
