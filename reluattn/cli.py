@@ -225,8 +225,8 @@ def _sweep_parser(commands) -> None:
                    help=f"one of {', '.join(EXPERIMENTS)}")
     p.add_argument("--scale", choices=SCALES, help="the grid's budget (default: cpu; with --report, the scale "
                    "the folder's sweep.json records)")
-    p.add_argument("--seeds", type=int, help="runs per cell, seeds 0..N-1 (default: the scale's, 3 at cpu, 2 for its lr-grid; "
-                   "relu / L-vs-softmax cells get at least 20 there)")
+    p.add_argument("--seeds", type=int, help="runs per cell, seeds 0..N-1 (default: the scale's, 3 at cpu, 2 for "
+                   "its lr-grid; relu / L-vs-softmax cells get at least 20 there)")
     p.add_argument("--out", help="the sweep folder (default: sweeps/<experiment>-<scale>)")
     p.add_argument("--data", help="the dataset, as for `reluattn train` (default: $RELUATTN_DATA)")
     p.add_argument("--cells", nargs="+", metavar="GLOB", help="run only the cells matching these shell-style patterns "
