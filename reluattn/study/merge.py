@@ -19,12 +19,12 @@ import tempfile
 from pathlib import Path
 
 from ..training.files import TEMPORARY_MARK
-from ..training.run_folder import CELL_RECORD, CONFIG_COPY, FEWSHOT, METRICS, SUMMARY, TRAIN_LOG
+from ..training.run_folder import CELL_RECORD, COMPANION_NAMES, METRICS, SUMMARY
 from .experiments import cells_of
 from .sweep_folder import (SweepFolderError, first_few, is_stale, read_cell_record, read_sweep_record, run_dir_of,
                            use_sweep_folder)
 
-LOG_NAMES = (CELL_RECORD, CONFIG_COPY, METRICS, SUMMARY, TRAIN_LOG, FEWSHOT)
+LOG_NAMES = tuple(sorted({METRICS, SUMMARY, *COMPANION_NAMES}))  # a run folder's files, less its checkpoints
 
 
 def finished_runs(source: Path, experiment: str, scale: str) -> list[tuple[str, int, Path]]:
