@@ -216,7 +216,7 @@ def spread_check(cells: dict, level: float = 0.05) -> list[dict]:
         else:
             p = float(stats.f.sf((sd / others_sd) ** 2, values.size - 1, others_df))
         records.append({"cell": name, "sd": sd, "others_sd": others_sd,
-                        "ratio": sd / others_sd if others_sd else math.inf, "p": p})
+                        "ratio": sd / others_sd if others_sd else (1.0 if sd == 0 else math.inf), "p": p})
     for record, adjusted, rejected in zip(records, holm_adjusted([r["p"] for r in records]),
                                           holm([r["p"] for r in records], level)):
         record.update(p_holm=adjusted, differs=rejected)

@@ -9,7 +9,7 @@ import pytest
 from scipy import stats
 
 from reluattn.study import compare, equivalent, holm
-from reluattn.study.statistics import beyond_margin, holm_adjusted, pooled_spread, power
+from reluattn.study.statistics import beyond_margin, holm_adjusted, pooled_spread, power, spread_check
 
 SIMULATIONS = 4000
 # The false-positive rate may exceed 5 % by three Monte-Carlo standard errors at most (0.0034 at 4,000 draws).
@@ -171,3 +171,10 @@ def test_the_spread_check_finds_a_noisier_cell_and_ignores_a_quieter_one():
     assert [name for name, r in check.items() if r["differs"]] == ["noisy"]
     assert check["noisy"]["ratio"] > 2 and check["noisy"]["p_holm"] < 0.05 and check["quiet"]["p"] > 0.5
     assert check["noisy"]["sd"] == pytest.approx(np.std(cells["noisy"], ddof=1))
+
+
+def test_cells_that_all_repeat_one_value_have_equal_spreads_not_an_infinite_ratio():
+    """Every seed of every cell the same (a degenerate sweep, as in the sweep tests' fake runs): a ratio of 1,
+    which the report's spread line can print, not inf (null in results.json, which it could not)."""
+    (first, second) = spread_check({"a": [0.5, 0.5], "b": [0.5, 0.5]})
+    assert first["ratio"] == second["ratio"] == 1.0 and not first["differs"] and not second["differs"]
