@@ -231,6 +231,8 @@ def _sweep_parser(commands) -> None:
     p.add_argument("--data", help="the dataset, as for `reluattn train` (default: $RELUATTN_DATA)")
     p.add_argument("--cells", nargs="+", metavar="GLOB", help="run only the cells matching these shell-style patterns "
                    "(e.g. t17-* for the 17-token cells; see --list)")
+    p.add_argument("--shard", metavar="K/N", help="run only every N-th of the planned runs from the K-th on, so N "
+                   "sweeps with their own --out share a grid (merge them after with --merge)")
     p.add_argument("--report", action="store_true", help="only rebuild the report from the run directories "
                    "(the experiment and scale must be those of the folder's sweep.json)")
     p.add_argument("--list", action="store_true",
@@ -246,8 +248,9 @@ def _command_sweep(args) -> int:
     from .progress import time_to_go
     from .study.experiments import default_seeds, seeds_of, train_arguments
     from .study.sweep import report_sweep, run_sweep, select_cells
-    from .study.sweep_folder import plan_sweep
+    from .study.sweep_folder import parse_shard, plan_sweep
     scale = args.scale or "cpu"
+    shard = parse_shard(args.shard) if args.shard else None
     out = Path(args.out or os.path.join("sweeps", f"{args.experiment}-{scale}"))
     if args.list:
         try:
@@ -257,7 +260,7 @@ def _command_sweep(args) -> int:
                 start = f" from {cell.first_seed}" if cell.first_seed else ""
                 print(f"{cell.name} ({seeds_of(cell, seeds)} seeds{start}): "
                       f"{shlex.join(['reluattn', 'train', *train_arguments(cell, cell.first_seed)])}", flush=True)
-            jobs, _, pending, seconds = plan_sweep(out, cells, seeds)
+            jobs, _, pending, seconds = plan_sweep(out, cells, seeds, shard)
             print(f"{args.experiment} at scale {scale}: {len(cells)} cells, {len(jobs)} runs planned, "
                   f"{len(jobs) - len(pending)} finished in {out}{time_to_go(pending, seconds)}", flush=True)
         except BrokenPipeError:  # `--list | head`: the reader has seen enough
@@ -278,7 +281,7 @@ def _command_sweep(args) -> int:
             print(f"claim \"{claim['quote']}\" ({claim['source']}): {claim['verdict']}")
         return 0
     counts = run_sweep(args.experiment, scale=scale, seeds=args.seeds or default_seeds(args.experiment, scale), out=out,
-                       data=args.data, cells=args.cells, progress=not args.no_progress)
+                       data=args.data, cells=args.cells, shard=shard, progress=not args.no_progress)
     return 1 if counts["failed"] else 0
 
 

@@ -14,6 +14,9 @@
 # stopped runs. The device tool sends at most 64 MiB: the tracked files (most of them docs/run-logs) and the
 # 49 MiB data zip in .gpu/ were more, so the run logs a PLAN does not read were deleted from the working tree for
 # the call (`git checkout -- docs` after); a PLAN reads only docs/run-logs/SCALE/EXPERIMENT of its own pairs.
+# 2026-11-29 (evening): a PLAN pair may name shards, EXPERIMENT:SCALE:N, for runs left in few cells (the 28 runs of
+# long-sequence were in two cells, so one process a cell would have run 14 each, one after the other): N folders,
+# each a `--shard K/N` of the experiment's runs, e.g. PLAN="long-sequence:cpu:7 scaling-lr-grid:cpu" JOBS=10.
 # The sweeps on one GPU, many cells at once, each group of cells a resumable sweep folder;
 # stopped at a deadline, the finished runs' logs (no checkpoints) packed into $OUT.
 DEADLINE=${DEADLINE:-430}; JOBS=${JOBS:-20}; PLAN=${PLAN:-}; SCALE_A=${SCALE_A:-cpu}; SCALE_S=${SCALE_S:-gpu}; EXTRA=${EXTRA:-}
@@ -26,26 +29,32 @@ python3 -m reluattn train --preset cpu-small --data $D --steps 2 --warmup-steps 
 echo "cache warm after $(( $(date +%s)-T0 )) s"
 python3 - "$SCALE_A" "$SCALE_S" "$PLAN" > $R/jobs.txt <<'PY'
 import sys
-from reluattn.study.experiments import cells_of
+from pathlib import Path
+from reluattn.study.experiments import cells_of, default_seeds
+from reluattn.study.sweep_folder import plan_sweep
 scale_a, scale_s, plan = sys.argv[1:4]
-if plan:                                                 # one folder per cell, the largest first
+if plan:                                                 # one folder per cell (the largest first) or per shard
     for pair in plan.split():
-        exp, scale = pair.split(":")
-        for cell in cells_of(exp, scale)[::-1]:
-            print(f"{exp} {scale} {exp}-{cell.name} {cell.name}")
+        exp, scale, *shards = pair.split(":")
+        for k in range(1, int(shards[0]) + 1) if shards else ():
+            print(f"{exp} {scale} {exp}-shard{k}of{shards[0]} --shard {k}/{shards[0]}")
+        committed = Path("docs/run-logs") / scale / exp  # a cell whose runs are all there needs no process
+        for cell in () if shards else cells_of(exp, scale)[::-1]:
+            if plan_sweep(committed, [cell], default_seeds(exp, scale))[2]:
+                print(f"{exp} {scale} {exp}-{cell.name} --cells {cell.name}")
     sys.exit()
 for cell in cells_of("scaling", scale_s)[::-1]:          # the largest first: they take longest
-    print(f"scaling {scale_s} scaling-{cell.name} {cell.name}")
+    print(f"scaling {scale_s} scaling-{cell.name} --cells {cell.name}")
 cells = [c.name for c in cells_of("alpha-sweep", scale_a)]
 groups = 12
 for g in range(groups):
-    print(f"alpha-sweep {scale_a} alpha-sweep-g{g:02d} " + " ".join(cells[g::groups]))
+    print(f"alpha-sweep {scale_a} alpha-sweep-g{g:02d} --cells " + " ".join(cells[g::groups]))
 PY
 wc -l $R/jobs.txt
 run_job() { set -- $1; exp=$1 scale=$2 folder=$3; shift 3
   # a folder starts from the committed runs of its experiment, so the sweep skips the seeds already done
   if [ -n "$PLAN" ] && [ ! -e $R/$folder ] && [ -f docs/run-logs/$scale/$exp/sweep.json ]; then cp -r docs/run-logs/$scale/$exp $R/$folder; fi
-  python3 -m reluattn sweep $exp --scale $scale --data $D --out $R/$folder --no-progress --cells "$@" > $R/$folder.log 2>&1; }
+  python3 -m reluattn sweep $exp --scale $scale --data $D --out $R/$folder --no-progress "$@" > $R/$folder.log 2>&1; }
 export -f run_job; export D R PLAN
 xargs -P $JOBS -d '\n' -I{} bash -c 'run_job "$@"' _ {} < $R/jobs.txt &
 XPID=$!

@@ -189,9 +189,10 @@ def select_cells(experiment: str, scale: str, patterns=None) -> list:
 
 
 def run_sweep(experiment: str, *, scale: str = "cpu", seeds: int = 2, out, data: str | None = None,
-              cells=None, progress: bool = True, stdout=None) -> dict:
+              cells=None, shard: tuple[int, int] | None = None, progress: bool = True, stdout=None) -> dict:
     """Run (or continue) the sweep; then write its report. Returns {"done", "failed", "skipped", "report"}.
-    `cells`: glob patterns of the cells to run (default: all). Holds the sweep folder's lock throughout; a
+    `cells`: glob patterns of the cells to run (default: all); `shard` (K, N): only the K-th of N shares of
+    their runs (sweep_folder.plan_sweep), for N processes in folders of their own, merged after (merge.py). Holds the sweep folder's lock throughout; a
     folder that is not empty and not a sweep of `experiment` at `scale` is refused, and so is one whose
     finished runs were trained with other flags than the grid now gives (their results would be mixed)."""
     stdout = stdout or sys.stdout
@@ -200,11 +201,12 @@ def run_sweep(experiment: str, *, scale: str = "cpu", seeds: int = 2, out, data:
     if seeds < 1:
         raise ValueError(f"--seeds must be >= 1, got {seeds}")
     with use_sweep_folder(out, experiment, scale):
-        jobs, records, pending, seconds = plan_sweep(out, cells, seeds)
+        jobs, records, pending, seconds = plan_sweep(out, cells, seeds, shard)
         refuse_stale_runs(out, experiment, scale, jobs, records)
         counts = {"done": 0, "failed": 0, "skipped": len(jobs) - len(pending)}
+        share = f", shard {shard[0]} of {shard[1]}" if shard else ""
         print(f"reluattn sweep {experiment} --scale {scale}: {len(jobs)} runs ({len(cells)} cells x {seeds}+ "
-              f"seeds), {counts['skipped']} already done, {len(pending)} to run{time_to_go(pending, seconds)};"
+              f"seeds{share}), {counts['skipped']} already done, {len(pending)} to run{time_to_go(pending, seconds)};"
               f" folder {out}", file=stdout, flush=True)
         _run_pending(experiment, scale, out, data, pending, len(jobs), counts, progress, stdout, seconds)
         from .report import write_report

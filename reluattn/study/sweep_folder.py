@@ -8,6 +8,7 @@
     read_cell_record(run_dir)           a run's cell.json, None where it has none (or it does not parse)
     seconds_spent(run_dir, record)      a finished run's time, all its attempts
     plan_sweep(out, cells, seeds)       the sweep's runs, their records, those left and the finished ones' times
+    parse_shard("2/7")                  (2, 7): the second of seven shares of a grid's runs (`--shard`)
 
 The lock is a run folder's kind (reluattn/training/folder_lock.py) on `<out>/.reluattn-sweep.lock`, held for
 the sweep's (or the report's) life: the kernel drops it when its holder ends, however it ends. `sweep.json`
@@ -208,13 +209,28 @@ def seconds_spent(run_dir: Path, record: dict) -> float:
     return max(float(record.get("sweep_seconds", 0.0)), trained)
 
 
-def plan_sweep(out: Path, cells, seeds: int):
+def parse_shard(text: str) -> tuple[int, int]:
+    """"K/N" -> (K, N) with 1 <= K <= N: a sweep that runs only the K-th of N shares of its grid's runs."""
+    try:
+        k, n = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise ValueError(f"--shard takes K/N, two whole numbers (e.g. 2/7), not {text!r}") from None
+    if not 1 <= k <= n:
+        raise ValueError(f"--shard K/N needs 1 <= K <= N, got {text}")
+    return k, n
+
+
+def plan_sweep(out: Path, cells, seeds: int, shard: tuple[int, int] | None = None):
     """The sweep's (cell, seed) runs, seed-major (a sweep cut short still has the whole grid at its first seeds;
     a headline cell runs at least its own number of seeds); each run's cell record (None where there is none);
     the runs not done; and each cell's times in seconds of the runs finished on this machine (the time left is
-    estimated per cell; runs copied in from another machine, say a GPU's, would misstate this one's pace)."""
+    estimated per cell; runs copied in from another machine, say a GPU's, would misstate this one's pace).
+    `shard` (K, N): only every N-th of those runs from the K-th on. The share depends on the grid alone, not on
+    what the folder holds, so N sweeps in folders of their own split the runs and each resumes only its own."""
     jobs = [(cell, cell.first_seed + i) for i in range(max(seeds_of(cell, seeds) for cell in cells))
             for cell in cells if i < seeds_of(cell, seeds)]
+    if shard is not None:
+        jobs = jobs[shard[0] - 1::shard[1]]
     records = {(c.name, s): read_cell_record(run_dir_of(out, c.name, s)) for c, s in jobs}
     pending = [(c, s) for c, s in jobs if (records[c.name, s] or {}).get("status") != "done"]
     seconds, here = {}, machine_description()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -285,3 +286,59 @@ def test_list_counts_each_cells_planned_seeds_and_the_finished_runs(tmp_path, ca
     assert lines[-1] == (f"learned-alpha at scale smoke: {len(cells)} cells, {2 * len(cells)} runs planned, "
                          f"2 finished in {out} (about 10 min 00 s by this machine's finished runs, and "
                          f"{2 * len(cells) - 3} in cells not timed here yet)")
+
+
+# ------------------------------------------------------------------ --shard K/N: N processes share a grid
+
+def test_shards_split_the_grid_and_each_resumes_only_its_own_runs(tmp_path, monkeypatch, capsys):
+    """N sweeps with --shard k/N, each in a folder of its own started from the same finished runs, run every
+    pending run exactly once between them; a shard stopped part-way runs, when rerun, only what is left of its
+    own share (the share comes from the grid, not from what its folder holds)."""
+    cells = cells_of("kv-memory", "smoke")
+    base = _sweep_folder(tmp_path / "committed")
+    _done_cell(base, cells[0], seed=0)
+    ran, fail_after = [], {"left": None}
+
+    def fake_run_cell(experiment, cell, seed, run_dir, data, scale):
+        if fail_after["left"] == 0:
+            return {"status": "failed", "error": "stopped", "sweep_seconds": 0.0}
+        if fail_after["left"] is not None:
+            fail_after["left"] -= 1
+        ran.append((run_dir.parent.parent.name, cell.name, seed))
+        _done_cell(run_dir.parent.parent, cell, seed)
+        return {"status": "done", "sweep_seconds": 1.0}
+    monkeypatch.setattr(sweep_module, "run_cell", fake_run_cell)
+    planned = {(cell.name, seed) for cell in cells for seed in range(3)} - {(cells[0].name, 0)}
+    for k in (1, 2, 3):
+        shutil.copytree(base, tmp_path / f"shard{k}")
+    fail_after["left"] = 1  # shard 2 finishes one run, then its others fail (as if stopped)
+    sweep_module.run_sweep("kv-memory", scale="smoke", seeds=3, out=tmp_path / "shard2", shard=(2, 3), progress=False)
+    first = list(ran)
+    fail_after["left"] = None
+    for k in (1, 2, 3):
+        sweep_module.run_sweep("kv-memory", scale="smoke", seeds=3, out=tmp_path / f"shard{k}", shard=(k, 3),
+                               progress=False)
+    runs = [(cell, seed) for _, cell, seed in ran]
+    assert len(first) == 1 and sorted(runs) == sorted(planned) and len(runs) == len(set(runs))
+    by_shard = {k: {(c, s) for folder, c, s in ran if folder == f"shard{k}"} for k in (1, 2, 3)}
+    assert max(map(len, by_shard.values())) - min(map(len, by_shard.values())) <= 1
+    # a shard's share is every third run of the grid's seed-major order, whatever finished before
+    order = [(cell.name, seed) for seed in range(3) for cell in cells]
+    assert by_shard[2] == set(order[1::3]) - {(cells[0].name, 0)}
+    assert "shard 2 of 3" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("text", ["0/3", "4/3", "3", "a/b", "1/0"])
+def test_a_shard_that_is_not_k_of_n_is_a_one_line_error(text, tmp_path, capsys):
+    assert main(["sweep", "kv-memory", "--scale", "smoke", "--shard", text, "--out", str(tmp_path / "s")]) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("reluattn: error: --shard K/N ") or line.startswith("reluattn: error: --shard takes K/N")
+    assert not (tmp_path / "s").exists()
+
+
+def test_list_with_a_shard_counts_only_its_share(tmp_path, capsys):
+    cells = cells_of("kv-memory", "smoke")
+    assert main(["sweep", "kv-memory", "--scale", "smoke", "--seeds", "2", "--shard", "2/2", "--list",
+                 "--out", str(tmp_path / "s")]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith(f"kv-memory at scale smoke: {len(cells)} cells, {len(cells)} runs planned, 0 finished")
