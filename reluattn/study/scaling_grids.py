@@ -30,7 +30,10 @@ SELECTION_FIRST_SEED = 100        # the selection runs' seeds (100, 101, 102) ar
 # exist; the smoke scale's are fixed, for trying the machinery only.
 SCALING_TUNED_RATES: dict[str, dict[str, float]] = {
     "smoke": {size_key(d, n, kind): 2e-3 for d, n, _, _ in SCALING_LADDER["smoke"] for kind in KINDS},
-    "cpu": {},
+    # docs/run-logs/cpu/scaling-lr-grid (all 72 runs, 2026-11-29); at the grid's edge, used as they are: 32 x 2
+    # and 64 x 4 at 4e-3 (both kinds), 128 x 6 softmax at 1e-3
+    "cpu": {"d32x2-softmax": 4e-3, "d32x2-relu": 4e-3, "d64x4-softmax": 4e-3, "d64x4-relu": 4e-3,
+            "d96x6-softmax": 2e-3, "d96x6-relu": 2e-3, "d128x6-softmax": 1e-3, "d128x6-relu": 2e-3},
     "gpu": {},
 }
 

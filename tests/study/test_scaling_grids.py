@@ -13,6 +13,8 @@ from reluattn.study.rate_choice import chosen_learning_rates, rates_waiting
 from reluattn.study.records import DEFAULT_SEEDS, HEADLINE_SEEDS
 from reluattn.study.statistics import aggregate
 
+from train_helpers import ROOT
+
 
 @pytest.mark.parametrize("scale", ["cpu", "gpu"])
 def test_the_lr_grid_of_each_size_runs_three_rates_on_seeds_of_its_own(scale):
@@ -131,3 +133,15 @@ def test_a_run_copied_in_from_another_experiment_is_refused_not_counted_done(tmp
     monkeypatch.setattr(sweep, "_run_pending", lambda *args: pytest.fail("nothing may run"))
     with pytest.raises(ValueError, match=r"recorded for another experiment than scaling-tuned .*\(scaling\)"):
         sweep.run_sweep("scaling-tuned", scale="smoke", seeds=1, out=out, progress=False, cells=[cell.name])
+
+
+def test_the_cpu_scales_tuned_rates_are_the_committed_lr_grids_choice(tmp_path):
+    """SCALING_TUNED_RATES["cpu"] was copied by hand from the committed grid's report: the report, rebuilt from
+    a copy of its runs, chooses the same rate for every size and kind and none waits, so a slip shows here."""
+    import shutil
+    from reluattn.study.report import write_report
+    folder = tmp_path / "scaling-lr-grid"
+    shutil.copytree(ROOT / "docs" / "run-logs" / "cpu" / "scaling-lr-grid", folder)
+    result = write_report("scaling-lr-grid", folder, scale="cpu")
+    assert result["learning_rates_waiting"] == {}
+    assert result["chosen_learning_rates"] == scaling_grids.SCALING_TUNED_RATES["cpu"]
