@@ -17,6 +17,9 @@
 # 2026-11-29 (evening): a PLAN pair may name shards, EXPERIMENT:SCALE:N, for runs left in few cells (the 28 runs of
 # long-sequence were in two cells, so one process a cell would have run 14 each, one after the other): N folders,
 # each a `--shard K/N` of the experiment's runs, e.g. PLAN="long-sequence:cpu:7 scaling-lr-grid:cpu" JOBS=10.
+# To go on after the deadline on a machine still warm, run the same command again: its folders are still in $R and
+# each sweep resumes its stopped run from the checkpoint (a hand-written resume on 2026-11-29 gave the wrong --data
+# and lost the device's last minutes; and a command line holding "reluattn sweep" is killed by the pkill below).
 # The sweeps on one GPU, many cells at once, each group of cells a resumable sweep folder;
 # stopped at a deadline, the finished runs' logs (no checkpoints) packed into $OUT.
 DEADLINE=${DEADLINE:-430}; JOBS=${JOBS:-20}; PLAN=${PLAN:-}; SCALE_A=${SCALE_A:-cpu}; SCALE_S=${SCALE_S:-gpu}; EXTRA=${EXTRA:-}
@@ -67,4 +70,13 @@ echo "done runs: $(grep -l '"status": "done"' $R/*/*/seed*/cell.json | wc -l) af
 grep -h '"status": "failed"' -A3 $R/*/*/seed*/cell.json | head -20
 tail -n 2 $R/*.log
 nvidia-smi --query-gpu=name,memory.used,utilization.gpu --format=csv 2>/dev/null
-cd $R && tar czf $OUT/study.tar.gz --exclude=checkpoints --exclude='*.lock' . && ls -la $OUT
+# Only the runs finished here that the committed folders do not hold already, with each folder's sweep.json (for
+# `--merge`) and the sweeps' logs: the whole of $R (copies of the committed runs included) came to 20 MB on
+# 2026-11-29, over the 16 MiB a file the device tool sends back, and did not come back (re-packed by hand).
+REPO=$PWD; cd $R
+for record in */*/seed*/cell.json; do grep -q '"status": "done"' $record || continue
+  folder=${record%%/*}; run=${record#*/}; run=${run%/cell.json}
+  exp=$(sed -n 's/.*"experiment": "\([^"]*\)".*/\1/p' $folder/sweep.json); scale=$(sed -n 's/.*"scale": "\([^"]*\)".*/\1/p' $folder/sweep.json)
+  grep -qs '"status": "done"' $REPO/docs/run-logs/$scale/$exp/$run/cell.json || echo $folder/$run; done > new-runs.txt
+echo "runs to send back: $(wc -l < new-runs.txt)"
+tar czf $OUT/study.tar.gz --exclude=checkpoints --exclude='*.lock' -T new-runs.txt */sweep.json *.log new-runs.txt && ls -la $OUT
