@@ -231,7 +231,7 @@ def _sweep_parser(commands) -> None:
     p.add_argument("--data", help="the dataset, as for `reluattn train` (default: $RELUATTN_DATA)")
     p.add_argument("--cells", nargs="+", metavar="GLOB", help="run only the cells matching these shell-style patterns "
                    "(e.g. t17-* for the 17-token cells; see --list)")
-    p.add_argument("--shard", metavar="K/N", help="run only every N-th of the planned runs from the K-th on, so N "
+    p.add_argument("--shard", metavar="K/N", type=_shard, help="run only every N-th of the planned runs from the K-th on, so N "
                    "sweeps with their own --out share a grid (merge them after with --merge)")
     p.add_argument("--report", action="store_true", help="only rebuild the report from the run directories "
                    "(the experiment and scale must be those of the folder's sweep.json)")
@@ -242,15 +242,27 @@ def _sweep_parser(commands) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar (log lines only)")
 
 
+def _shard(text: str) -> tuple[int, int]:
+    from .study.sweep_folder import parse_shard
+    try:
+        return parse_shard(text)
+    except ValueError as error:  # argparse's own one-line usage error, naming the flag
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def _command_sweep(args) -> int:
     import shlex
     from pathlib import Path
     from .progress import time_to_go
     from .study.experiments import default_seeds, seeds_of, train_arguments
     from .study.sweep import report_sweep, run_sweep, select_cells
-    from .study.sweep_folder import parse_shard, plan_sweep
-    scale = args.scale or "cpu"
-    shard = parse_shard(args.shard) if args.shard else None
+    from .study.sweep_folder import plan_sweep
+    scale, shard = args.scale or "cpu", args.shard
+    if args.merge or args.report:  # both read every run in the folders: a flag that picks runs would be ignored
+        picked = [flag for flag, value in (("--cells", args.cells), ("--seeds", args.seeds), ("--shard", shard)) if value]
+        if picked:
+            raise UsageError(f"{PROG} sweep: {', '.join(picked)} only pick the runs a sweep or --list plans; "
+                             f"{'--merge' if args.merge else '--report'} takes every finished run, so drop them")
     out = Path(args.out or os.path.join("sweeps", f"{args.experiment}-{scale}"))
     if args.list:
         try:

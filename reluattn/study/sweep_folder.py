@@ -214,9 +214,9 @@ def parse_shard(text: str) -> tuple[int, int]:
     try:
         k, n = (int(part) for part in text.split("/"))
     except ValueError:
-        raise ValueError(f"--shard takes K/N, two whole numbers (e.g. 2/7), not {text!r}") from None
+        raise ValueError(f"takes K/N, two whole numbers (e.g. 2/7), not {text!r}") from None
     if not 1 <= k <= n:
-        raise ValueError(f"--shard K/N needs 1 <= K <= N, got {text}")
+        raise ValueError(f"K/N needs 1 <= K <= N, got {text}")
     return k, n
 
 

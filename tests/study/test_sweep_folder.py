@@ -329,11 +329,23 @@ def test_shards_split_the_grid_and_each_resumes_only_its_own_runs(tmp_path, monk
 
 
 @pytest.mark.parametrize("text", ["0/3", "4/3", "3", "a/b", "1/0"])
-def test_a_shard_that_is_not_k_of_n_is_a_one_line_error(text, tmp_path, capsys):
-    assert main(["sweep", "kv-memory", "--scale", "smoke", "--shard", text, "--out", str(tmp_path / "s")]) == 1
+def test_a_shard_that_is_not_k_of_n_is_a_one_line_usage_error(text, tmp_path, capsys):
+    assert main(["sweep", "kv-memory", "--scale", "smoke", "--shard", text, "--out", str(tmp_path / "s")]) == 2
     (line,) = capsys.readouterr().err.splitlines()
-    assert line.startswith("reluattn: error: --shard K/N ") or line.startswith("reluattn: error: --shard takes K/N")
+    assert line.startswith("reluattn sweep: argument --shard: ") and ("1 <= K <= N" in line or "takes K/N" in line)
     assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("mode", [["--report"], ["--merge", "elsewhere"]])
+@pytest.mark.parametrize("picker", [["--cells", "t17-*"], ["--seeds", "2"], ["--shard", "1/2"]])
+def test_a_flag_that_picks_runs_is_refused_with_report_and_merge_not_ignored(mode, picker, tmp_path, capsys):
+    """--report and --merge take every finished run; a --cells, --seeds or --shard beside them would be ignored."""
+    out = _sweep_folder(tmp_path / "sweep")
+    before = _snapshot(out)
+    assert main(["sweep", "kv-memory", "--scale", "smoke", "--out", str(out), *mode, *picker]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"reluattn sweep: {picker[0]} only pick the runs") and mode[0] in line
+    assert _snapshot(out) == before
 
 
 def test_list_with_a_shard_counts_only_its_share(tmp_path, capsys):
