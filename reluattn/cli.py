@@ -231,8 +231,8 @@ def _sweep_parser(commands) -> None:
     p.add_argument("--data", help="the dataset, as for `reluattn train` (default: $RELUATTN_DATA)")
     p.add_argument("--cells", nargs="+", metavar="GLOB", help="run only the cells matching these shell-style patterns "
                    "(e.g. t17-* for the 17-token cells; see --list)")
-    p.add_argument("--shard", metavar="K/N", type=_shard, help="run only every N-th of the planned runs from the K-th on, so N "
-                   "sweeps with their own --out share a grid (merge them after with --merge)")
+    p.add_argument("--shard", metavar="K/N", type=_shard, help="run only every N-th of the planned runs from the "
+                   "K-th on, so N sweeps with their own --out share a grid (merge them after with --merge)")
     p.add_argument("--report", action="store_true", help="only rebuild the report from the run directories "
                    "(the experiment and scale must be those of the folder's sweep.json)")
     p.add_argument("--list", action="store_true",
@@ -259,7 +259,8 @@ def _command_sweep(args) -> int:
     from .study.sweep_folder import plan_sweep
     scale, shard = args.scale or "cpu", args.shard
     if args.merge or args.report:  # both read every run in the folders: a flag that picks runs would be ignored
-        picked = [flag for flag, value in (("--cells", args.cells), ("--seeds", args.seeds), ("--shard", shard)) if value]
+        flags = (("--cells", args.cells), ("--seeds", args.seeds), ("--shard", shard))
+        picked = [flag for flag, value in flags if value]
         if picked:
             raise UsageError(f"{PROG} sweep: {', '.join(picked)} only pick the runs a sweep or --list plans; "
                              f"{'--merge' if args.merge else '--report'} takes every finished run, so drop them")

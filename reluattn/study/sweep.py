@@ -192,9 +192,10 @@ def run_sweep(experiment: str, *, scale: str = "cpu", seeds: int = 2, out, data:
               cells=None, shard: tuple[int, int] | None = None, progress: bool = True, stdout=None) -> dict:
     """Run (or continue) the sweep; then write its report. Returns {"done", "failed", "skipped", "report"}.
     `cells`: glob patterns of the cells to run (default: all); `shard` (K, N): only the K-th of N shares of
-    their runs (sweep_folder.plan_sweep), for N processes in folders of their own, merged after (merge.py). Holds the sweep folder's lock throughout; a
-    folder that is not empty and not a sweep of `experiment` at `scale` is refused, and so is one whose
-    finished runs were trained with other flags than the grid now gives (their results would be mixed)."""
+    their runs (sweep_folder.plan_sweep), for N processes in folders of their own, merged after (merge.py).
+    Holds the sweep folder's lock throughout; a folder that is not empty and not a sweep of `experiment` at
+    `scale` is refused, and so is one whose finished runs were trained with other flags than the grid now
+    gives (their results would be mixed)."""
     stdout = stdout or sys.stdout
     out = Path(out)
     cells = select_cells(experiment, scale, cells)
