@@ -38,7 +38,7 @@ from ..training.files import TEMPORARY_MARK, write_atomically
 from ..training.run_folder import (CELL_RECORD, CONFIG_COPY, FEWSHOT, TRAIN_LOG, RunFolderError,
                                    RunFolderLock, remove_our_files)
 from .cell_process import STOP_SIGNALS, Child, open_log, run_child, stop_requested
-from .experiments import EXPERIMENTS, FEWSHOT_SHOTS, cells_of, train_arguments
+from .experiments import EXPERIMENTS, FEWSHOT_SHOTS, cells_of, seeds_of, train_arguments
 from .sweep_folder import (has_checkpoint, plan_sweep, read_cell_record, refuse_stale_runs, run_dir_of,
                            seconds_spent, use_sweep_folder)
 
@@ -206,15 +206,23 @@ def run_sweep(experiment: str, *, scale: str = "cpu", seeds: int = 2, out, data:
         refuse_stale_runs(out, experiment, scale, jobs, records)
         counts = {"done": 0, "failed": 0, "skipped": len(jobs) - len(pending)}
         share = f", shard {shard[0]} of {shard[1]}" if shard else ""
-        print(f"reluattn sweep {experiment} --scale {scale}: {len(jobs)} runs ({len(cells)} cells x {seeds}+ "
-              f"seeds{share}), {counts['skipped']} already done, {len(pending)} to run{time_to_go(pending, seconds)};"
-              f" folder {out}", file=stdout, flush=True)
+        print(f"reluattn sweep {experiment} --scale {scale}: {len(jobs)} runs ({grid_size(cells, seeds)}{share}), "
+              f"{counts['skipped']} already done, {len(pending)} to run{time_to_go(pending, seconds)}; folder {out}",
+              file=stdout, flush=True)
         _run_pending(experiment, scale, out, data, pending, len(jobs), counts, progress, stdout, seconds)
         from .report import write_report
         counts["report"] = write_report(experiment, out, scale=scale)
     print(f"reluattn sweep {experiment}: {counts['done']} run, {counts['skipped']} skipped, {counts['failed']} "
           f"failed; report {counts['report']['table']}", file=stdout, flush=True)
     return counts
+
+
+def grid_size(cells, seeds: int) -> str:
+    """'2 cells x 20 seeds', or '9 cells, 3 to 20 seeds a cell' where cells ask for more seeds than the sweep."""
+    counts = [seeds_of(cell, seeds) for cell in cells]
+    if min(counts) == max(counts):
+        return f"{len(cells)} cell{'s' * (len(cells) != 1)} x {counts[0]} seed{'s' * (counts[0] != 1)}"
+    return f"{len(cells)} cells, {min(counts)} to {max(counts)} seeds a cell"
 
 
 def _run_pending(experiment, scale, out, data, pending, total, counts, progress, stdout, seconds) -> None:

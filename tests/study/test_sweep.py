@@ -85,6 +85,16 @@ def test_every_relu_over_L_against_softmax_comparison_has_the_headline_seeds(sca
     assert found >= 3  # alpha-sweep's two lengths, scaling's sizes, long-sequence's longest length
 
 
+def test_the_sweeps_first_line_counts_each_cells_own_seeds():
+    """A grid whose cells all run 20 seeds says so; one that mixes 3 and 20 gives the range, not '3+'."""
+    tuned = cells_of("scaling-tuned", "cpu")
+    assert sweep_module.grid_size(tuned[:2], 3) == "2 cells x 20 seeds"
+    assert sweep_module.grid_size(tuned[:1], 1) == "1 cell x 20 seeds"
+    mixed = cells_of("alpha-sweep", "cpu")
+    assert sweep_module.grid_size(mixed, 3) == f"{len(mixed)} cells, 3 to 20 seeds a cell"
+    assert sweep_module.grid_size(mixed, 25) == f"{len(mixed)} cells x 25 seeds"
+
+
 def test_the_pilot_grid_is_the_one_its_runs_were_trained_with():
     """docs/run-logs/pilot/ holds the pilot's runs: each recorded command is the grid's, seed for seed."""
     for record_path in sorted((ROOT / "docs" / "run-logs" / "pilot").glob("*/*/seed*/cell.json")):
@@ -203,7 +213,8 @@ def test_smoke_sweep_kill_and_rerun_gives_the_uninterrupted_table(dataset, cache
     rerun = _sweep([*common, "--out", killed], cache)
     output = rerun.communicate(timeout=600)[0]
     assert rerun.returncode == 0, output
-    assert "1 already done, 1 to run (no run finished on this machine to time them by yet)" in output
+    assert "2 runs (2 cells x 1 seed), 1 already done, 1 to run (no run finished on this machine to time them by" \
+           " yet)" in output
     assert "1 run, 1 skipped" in output
     log = (second / "train.log").read_text()
     assert "resuming" in log or "already complete" in log  # continued from its checkpoint, not from scratch
