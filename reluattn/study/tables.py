@@ -24,7 +24,9 @@ def _row(entry: dict) -> str:
     margin = f" (margin ±{100 * entry['margin']:g})" if entry.get("margin") else ""
     test = "TOST" if entry.get("margin") else "t"
     seeds = "/".join(str(n) for n in entry["seeds"])
-    reading = READINGS[entry["reading"]] + (" (interim: fewer seeds than planned)" if entry.get("short") else "")
+    reading = READINGS[entry["reading"]]
+    if entry.get("short"):  # a reading before the planned seeds are in is not the calibrated test: no bold
+        reading = f"{entry['reading']} so far (interim: fewer seeds than planned, not read)"
     p, p_holm = f"{test} {entry['p_value']:.2g}", f"{entry['p_holm']:.2g}"
     if entry["reading"] == "contradicts" and "p_beyond" in entry:  # the TOST p is near 1 there: say how far out
         p, p_holm = f"{p}; beyond {entry['p_beyond']:.2g}", f"{p_holm}; beyond {entry['p_beyond_holm']:.2g}"

@@ -174,6 +174,9 @@ def test_a_claim_waits_for_every_planned_seed_and_cell():
     entry = _entry(result, "17 tokens, relu: alpha 1 minus alpha 0")
     assert entry["short"] == ["t17-relu-a0 2/3", "t17-relu-a1 2/20"] and "interim" in describe(entry)
     assert result["claims"][0]["verdict"] == "no verdict yet (0 of 12 comparisons have all their planned runs)"
+    row = next(line for line in verdicts_markdown(result).splitlines() if line.startswith(f"| {entry['question']} |"))
+    assert row.endswith(f"| {entry['reading']} so far (interim: fewer seeds than planned, not read) |")
+    assert "| **" not in verdicts_markdown(result)  # no reading bolded before the design's seeds are in
     half = [r for r in full if r["cell"].startswith("t17")]
     assert judge("alpha-sweep", half, "cpu")["claims"][0]["verdict"].startswith("no verdict yet (6 of 12")
 
