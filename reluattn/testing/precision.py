@@ -7,8 +7,13 @@ sets them (benchmarks/investigations/bfloat16_error.py).
 `module` has the backends' functional API with a `compute_dtype` option (reluattn.backend("jax")). The model
 is make_parameters(cfg, seed) on make_batch(cfg, seed + 1, batch=4), both float32, run once in float32 and
 once with `compute_dtype`. errors: "logits" (relative_error: against the largest logit), "loss" (relative),
-"gradients" (all leaves as one vector, norm-wise relative) and "gradient cosine". Bounds on them are the
-caller's: they depend on the model family (see the test's comment for the measured worst cases).
+"gradients" (all leaves as one vector, norm-wise relative), "gradient cosine", and "rows across the floor":
+how many attention rows are all zero (sum below ROW_SUM_FLOOR) in one run and not in the other, counted when
+the loss holds ReLUFormer's regulariser (reg_weight > 0; else 0). On such a row the regulariser is
+discontinuous -- |log S| jumps from |log 1e-6| = 13.8 to |log S| and its gradient from 0 to 1/S -- so a
+score that rounding moves across 0 changes the gradient by any amount: no tolerance bounds such a draw.
+Bounds on the errors are the caller's: they depend on the model family (see the test's comment for the
+measured worst cases).
 
     errors = float32_against_exact(cfg, seed, fast=True)
 
@@ -22,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..config import AttentionConfig, ViTConfig
+from ..numpy_backend.regulariser import ROW_SUM_FLOOR
 from .report import relative_error
 from .strategies import make_batch, make_parameters
 from ..params import flatten, unflatten
@@ -63,8 +69,21 @@ def compute_dtype_errors(module, cfg: ViTConfig, seed: int, compute_dtype, *, ba
     norm, low_norm = np.linalg.norm(vector), np.linalg.norm(low_vector)
     errors = {"logits": relative_error(low_logits, logits), "loss": relative_error(low_loss, loss),
               "gradients": float(np.linalg.norm(low_vector - vector) / norm),
-              "gradient cosine": float(low_vector @ vector / (low_norm * norm))}
+              "gradient cosine": float(low_vector @ vector / (low_norm * norm)),
+              "rows across the floor": _rows_across_the_floor(module, params, images, cfg, compute_dtype, options)}
     return (low_logits, low_loss, low_grads), errors
+
+
+def _rows_across_the_floor(module, params, images, cfg, compute_dtype, options) -> int:
+    """Attention rows (over blocks, batch, heads, queries) all zero in exactly one of the two runs; 0 when
+    the loss has no regulariser (the only term that is discontinuous there)."""
+    if cfg.attention.reg_weight == 0:
+        return 0
+    _, weights = module.apply(params, images, cfg, return_attention=True, **options)
+    _, low_weights = module.apply(params, images, cfg, return_attention=True, compute_dtype=compute_dtype, **options)
+    return int(sum(np.sum((np.asarray(w, np.float64).sum(-1) > ROW_SUM_FLOOR)
+                          != (np.asarray(low, np.float64).sum(-1) > ROW_SUM_FLOOR))
+                   for w, low in zip(weights, low_weights)))
 
 
 def float32_against_exact(cfg: ViTConfig, seed: int, fast: bool = False, params: dict | None = None) -> dict:

@@ -3,11 +3,13 @@ order, derivatives at the kinks), bfloat16 compute within its tolerance of float
 and the boundary's ValueErrors equal to the NumPy backend's. Blocked attention against dense, with gradients, is
 tests/fast_paths/test_blocked_attention_jax.py."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import reluattn as ra
@@ -16,7 +18,7 @@ from reluattn.jax_backend import model
 from reluattn.jax_backend.attention_weights import attention_weights
 from reluattn.numpy_backend.attention_weights import KINKS
 from reluattn.params import tree_map
-from reluattn.testing import compiling, compute_dtype_errors, make_batch, make_parameters, vit_configs
+from reluattn.testing import compute_dtype_errors, deterministic, make_batch, make_parameters, vit_configs
 
 jb, nb = ra.backend("jax"), ra.backend("numpy")
 
@@ -80,7 +82,7 @@ def test_mlp_relu_derivative_at_zero_is_zero():
 
 # bfloat16 keeps 8 significant bits (unit roundoff 2^-8 = 3.9e-3), and every matmul's inputs are rounded to
 # it. Measured over 200 drawn models of this test's family (random parameters, Dh 8 or 16, batch 4;
-# `PYTHONPATH=.:tests python benchmarks/investigations/bfloat16_error.py`, 2026-11-26, worst / median):
+# `PYTHONPATH=. python benchmarks/investigations/bfloat16_error.py`, worst / median; see docs/jax_backend.md):
 #   logits  3.8e-2 / 4.8e-3 (relative_error: against the largest logit)
 #   loss    2.2e-2 / 8.0e-4 relative
 #   gradients, all leaves as one vector: 0.31 / 7.1e-3 norm-wise relative error (lowest cosine 0.965).
@@ -88,13 +90,15 @@ def test_mlp_relu_derivative_at_zero_is_zero():
 # discontinuous derivatives), and these small random models amplify rounding of their activations. The
 # tolerances are 2.7x, 1.8x and 1.6x the worst seen. They catch a broken bfloat16 path (wrong casts,
 # overflow, a wrong operand: errors of order 1), not subtle drifts; that statistics stay float32 is
-# checked structurally below.
+# checked structurally below. Draws where rounding empties or fills a whole relu row while the loss holds
+# ReLUFormer's regulariser are set aside (assume): there the loss itself is discontinuous, so no tolerance
+# holds (test_regulariser_row_across_the_floor_is_what_bfloat16_cannot_match shows the one CI drew).
 BFLOAT16_LOGITS_TOLERANCE = 0.1
 BFLOAT16_LOSS_TOLERANCE = 0.04
 BFLOAT16_GRADIENTS_TOLERANCE = 0.5
 
 
-@settings(compiling, max_examples=5)
+@settings(deterministic, max_examples=5)
 @given(cfg=vit_configs(head_dims=(8, 16), impls=("dense",), reg_weights=(0.0, 0.5)), seed=st.integers(0, 2**16))
 @pytest.mark.parametrize("fast", [False, True])
 def test_bfloat16_compute_stays_within_tolerance_of_float32(cfg, seed, fast):
@@ -103,9 +107,31 @@ def test_bfloat16_compute_stays_within_tolerance_of_float32(cfg, seed, fast):
     assert low_logits.dtype == low_loss.dtype == jnp.float32
     assert all(leaf.dtype == jnp.float32 for leaf in jax.tree.leaves(low_grads))
     assert errors["logits"] <= BFLOAT16_LOGITS_TOLERANCE
+    assert errors["logits"] > 0  # bfloat16 really was used
+    assume(errors["rows across the floor"] == 0)  # the regulariser's jump: see the comment above
     assert errors["loss"] <= BFLOAT16_LOSS_TOLERANCE
     assert errors["gradients"] <= BFLOAT16_GRADIENTS_TOLERANCE
-    assert errors["logits"] > 0  # bfloat16 really was used
+
+
+# The draw that failed CI on 2026-12-01 (seed 11485): in float32 one attention row of block 1 is all zero
+# (every relu score negative), in bfloat16 one of its scores rounds above 0 and the row sums to 3e-3, so the
+# regulariser's |log S| there drops from 13.8 to 5.7 and its gradient jumps from 0 to 1/S.
+CI_REGULARISER_DRAW = ViTConfig(
+    image_size=4, patch_size=2, channels=3, num_classes=5, dim=48, depth=2, heads=3, mlp_dim=4, pool="cls",
+    mlp_activation="gelu", attention=AttentionConfig(kind="relu", alpha=0.256, scale=0.5, reg_weight=0.5,
+                                                     learn_alpha=True, learn_scale=True))
+
+
+def test_regulariser_row_across_the_floor_is_what_bfloat16_cannot_match():
+    _, errors = compute_dtype_errors(jb, CI_REGULARISER_DRAW, 11485, jnp.bfloat16)
+    assert errors["rows across the floor"] == 1
+    assert errors["gradients"] > BFLOAT16_GRADIENTS_TOLERANCE  # what the test above sets aside, and why
+    # The same model without the regulariser: only the relu kinks' jumps, well within the tolerance.
+    cfg = dataclasses.replace(CI_REGULARISER_DRAW,
+                              attention=dataclasses.replace(CI_REGULARISER_DRAW.attention, reg_weight=0.0))
+    _, errors = compute_dtype_errors(jb, cfg, 11485, jnp.bfloat16)
+    assert errors["rows across the floor"] == 0
+    assert errors["gradients"] <= BFLOAT16_GRADIENTS_TOLERANCE / 10
 
 
 def test_fast_bfloat16_runs_every_matmul_in_bfloat16_and_statistics_in_float32():
