@@ -7,7 +7,10 @@ sets them (benchmarks/investigations/bfloat16_error.py).
 `module` has the backends' functional API with a `compute_dtype` option (reluattn.backend("jax")). The model
 is make_parameters(cfg, seed) on make_batch(cfg, seed + 1, batch=4), both float32, run once in float32 and
 once with `compute_dtype`. errors: "logits" (relative_error: against the largest logit), "loss" (relative),
-"gradients" (all leaves as one vector, norm-wise relative), "gradient cosine", and "rows across the floor":
+"gradients" (all leaves as one vector, norm-wise relative), "gradient cosine", "sensitivity" (the same
+measure between the float32 gradients and the float32 gradients of the parameters and images rounded to
+`compute_dtype`: how ill-conditioned the draw is, which no reduced-precision computation can beat; the
+regulariser's 1/S gradient on nearly empty rows makes some draws so), and "rows across the floor":
 how many attention rows are all zero (sum below ROW_SUM_FLOOR) in one run and not in the other, counted when
 the loss holds ReLUFormer's regulariser (reg_weight > 0; else 0). On such a row the regulariser is
 discontinuous -- |log S| jumps from |log 1e-6| = 13.8 to |log S| and its gradient from 0 to 1/S -- so a
@@ -65,13 +68,21 @@ def compute_dtype_errors(module, cfg: ViTConfig, seed: int, compute_dtype, *, ba
     low_logits = module.apply(params, images, cfg, compute_dtype=compute_dtype, **options)
     loss, grads = module.loss_and_grad(params, images, labels, cfg, **options)
     low_loss, low_grads = module.loss_and_grad(params, images, labels, cfg, compute_dtype=compute_dtype, **options)
-    vector, low_vector = _as_vector(grads), _as_vector(low_grads)
+    _, rounded_grads = module.loss_and_grad(*_rounded(params, images, compute_dtype), labels, cfg, **options)
+    vector, low_vector, rounded = _as_vector(grads), _as_vector(low_grads), _as_vector(rounded_grads)
     norm, low_norm = np.linalg.norm(vector), np.linalg.norm(low_vector)
     errors = {"logits": relative_error(low_logits, logits), "loss": relative_error(low_loss, loss),
               "gradients": float(np.linalg.norm(low_vector - vector) / norm),
               "gradient cosine": float(low_vector @ vector / (low_norm * norm)),
+              "sensitivity": float(np.linalg.norm(rounded - vector) / norm),
               "rows across the floor": _rows_across_the_floor(module, params, images, cfg, compute_dtype, options)}
     return (low_logits, low_loss, low_grads), errors
+
+
+def _rounded(params, images, dtype):
+    """The parameters and images rounded to `dtype` and back to float32 (NumPy arrays)."""
+    round_trip = lambda leaf: np.asarray(leaf).astype(dtype).astype(np.float32)
+    return unflatten({path: round_trip(leaf) for path, leaf in flatten(params).items()}), round_trip(images)
 
 
 def _rows_across_the_floor(module, params, images, cfg, compute_dtype, options) -> int:

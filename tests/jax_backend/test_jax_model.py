@@ -81,21 +81,27 @@ def test_mlp_relu_derivative_at_zero_is_zero():
 # --------------------------------------------------------------------------------------------- bfloat16
 
 # bfloat16 keeps 8 significant bits (unit roundoff 2^-8 = 3.9e-3), and every matmul's inputs are rounded to
-# it. Measured over 200 drawn models of this test's family (random parameters, Dh 8 or 16, batch 4;
-# `PYTHONPATH=. python benchmarks/investigations/bfloat16_error.py`, worst / median; see docs/jax_backend.md):
-#   logits  3.8e-2 / 4.8e-3 (relative_error: against the largest logit)
-#   loss    2.2e-2 / 8.0e-4 relative
-#   gradients, all leaves as one vector: 0.31 / 7.1e-3 norm-wise relative error (lowest cosine 0.965).
-# Gradients are the most sensitive: rounding flips the side of relu kinks (relu attention and MLP have
-# discontinuous derivatives), and these small random models amplify rounding of their activations. The
-# tolerances are 2.7x, 1.8x and 1.6x the worst seen. They catch a broken bfloat16 path (wrong casts,
-# overflow, a wrong operand: errors of order 1), not subtle drifts; that statistics stay float32 is
-# checked structurally below. Draws where rounding empties or fills a whole relu row while the loss holds
-# ReLUFormer's regulariser are set aside (assume): there the loss itself is discontinuous, so no tolerance
-# holds (test_regulariser_row_across_the_floor_is_what_bfloat16_cannot_match shows the one CI drew).
+# it. Measured over 200 drawn models of this test's family (random parameters, Dh 8 or 16, batch 4, 60 of them
+# with the regulariser; `PYTHONPATH=. python benchmarks/investigations/bfloat16_error.py`, 2026-12-02, worst /
+# median over the 198 kept, see below):
+#   logits  4.8e-2 / 6.6e-3 (relative_error: against the largest logit)
+#   loss    1.8e-2 / 7.5e-4 relative
+#   gradients, all leaves as one vector, norm-wise relative error: 0.083 / 8.8e-3 without the regulariser,
+#   2.8 / 1.6e-2 with it; their sensitivity (rounding only the parameters and images) up to 1.9.
+# Gradients are the most sensitive: rounding flips the side of relu kinks, and the regulariser's 1/S
+# gradient on nearly empty relu rows makes some draws ill-conditioned, in float32 too: rounding the inputs
+# alone moves their gradients by as much (the five draws off by more than 0.3 are off by 0.42-1.5 times
+# their sensitivity). So gradients may be off by max(0.5, 3 x sensitivity): at most half that over the
+# draws (0.497). The logits and loss tolerances are 2.1x and 2.2x the worst seen. They catch a broken
+# bfloat16 path (wrong casts, overflow, a wrong operand: errors of order 1), not subtle drifts; that
+# statistics stay float32 is checked structurally below. Draws where rounding empties or fills a whole relu
+# row while the loss holds the regulariser (2 of the 200, gradients off by 13) are set aside (assume): there
+# the loss itself jumps, which the sensitivity does not see
+# (test_regulariser_row_across_the_floor_is_what_bfloat16_cannot_match shows the one CI drew).
 BFLOAT16_LOGITS_TOLERANCE = 0.1
 BFLOAT16_LOSS_TOLERANCE = 0.04
 BFLOAT16_GRADIENTS_TOLERANCE = 0.5
+BFLOAT16_CONDITION_FACTOR = 3
 
 
 @settings(deterministic, max_examples=5)
@@ -110,7 +116,7 @@ def test_bfloat16_compute_stays_within_tolerance_of_float32(cfg, seed, fast):
     assert errors["logits"] > 0  # bfloat16 really was used
     assume(errors["rows across the floor"] == 0)  # the regulariser's jump: see the comment above
     assert errors["loss"] <= BFLOAT16_LOSS_TOLERANCE
-    assert errors["gradients"] <= BFLOAT16_GRADIENTS_TOLERANCE
+    assert errors["gradients"] <= max(BFLOAT16_GRADIENTS_TOLERANCE, BFLOAT16_CONDITION_FACTOR * errors["sensitivity"])
 
 
 # The draw that failed CI on 2026-12-01 (seed 11485): in float32 one attention row of block 1 is all zero
@@ -125,7 +131,9 @@ CI_REGULARISER_DRAW = ViTConfig(
 def test_regulariser_row_across_the_floor_is_what_bfloat16_cannot_match():
     _, errors = compute_dtype_errors(jb, CI_REGULARISER_DRAW, 11485, jnp.bfloat16)
     assert errors["rows across the floor"] == 1
-    assert errors["gradients"] > BFLOAT16_GRADIENTS_TOLERANCE  # what the test above sets aside, and why
+    # Rounding the inputs alone does not move that score across 0, so the sensitivity misses the jump too.
+    bound = max(BFLOAT16_GRADIENTS_TOLERANCE, BFLOAT16_CONDITION_FACTOR * errors["sensitivity"])
+    assert errors["gradients"] > bound  # what the test above sets aside, and why
     # The same model without the regulariser: only the relu kinks' jumps, well within the tolerance.
     cfg = dataclasses.replace(CI_REGULARISER_DRAW,
                               attention=dataclasses.replace(CI_REGULARISER_DRAW.attention, reg_weight=0.0))
