@@ -6,9 +6,9 @@ Draws --examples models from the family that tests/jax_backend/test_jax_model.py
 (every option, head width 8 or 16, dense attention, random parameters, batch 4: reluattn.testing's
 vit_configs and compute_dtype_errors, as the test), runs each in float32 and with bfloat16 matmuls, and
 prints the worst and median of the three errors that test bounds: logits (relative to the largest logit),
-the loss (relative), and all gradient leaves as one vector (norm-wise relative error, with its cosine). Draws where rounding empties or fills a whole relu row
-while the loss holds the regulariser (compute_dtype_errors' "rows across the floor") are counted and their
-worst gradient error printed apart: there the loss itself jumps, and the test sets them aside. Gradients
+the loss (relative), and all gradient leaves as one vector (norm-wise relative error, with its cosine).
+Draws where rounding empties or fills a whole relu row while the loss holds the regulariser
+(compute_dtype_errors' "rows across the floor") are counted and their worst gradient error printed apart: there the loss itself jumps, and the test sets them aside. Gradients
 are printed for draws without and with the regulariser apart, beside each draw's sensitivity (how far
 rounding only the parameters and images moves the float32 gradients) and, for the draws whose gradients are
 off by more than 0.3, the ratio of the two: the test allows max(0.5, 3 x sensitivity). The results
