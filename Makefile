@@ -29,8 +29,10 @@ $(COURSE_STAMP): $(STAMP)
 train: $(STAMP)
 	$(PY) -m reluattn train --preset cpu-fast $(ARGS)
 
-test: $(DOCS_STAMP) $(COURSE_STAMP)   # the course and site tests need both extras: nothing is skipped
-	$(PY) -m pytest -q
+# The course and site tests need both extras: nothing is skipped. -n auto: a worker per core (pytest-xdist),
+# each test file whole on one worker (its module fixtures built once); `pytest tests/x.py` runs in one process.
+test: $(DOCS_STAMP) $(COURSE_STAMP)
+	$(PY) -m pytest -q -n auto --dist loadfile
 
 bench: $(STAMP)
 	$(PY) benchmarks/numpy_backend.py
