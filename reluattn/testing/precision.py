@@ -105,7 +105,8 @@ def float32_against_exact(cfg: ViTConfig, seed: int, fast: bool = False, params:
     Returns relative errors: "loss"; "gradients" (all leaves as one vector, norm-wise); "sensitivity", the
     same measure between the exact gradients and the exact (float64) gradients of the parameters and images
     rounded to float32; and, when the config learns a length factor, "length" and "length sensitivity", the
-    same two over the attn.length leaves only, relative to their own norm."""
+    same two over the attn.length leaves only, relative to their own norm (0 where the exact and the
+    compared leaves are all exactly 0)."""
     import jax
 
     from .. import backend
@@ -125,8 +126,13 @@ def float32_against_exact(cfg: ViTConfig, seed: int, fast: bool = False, params:
         return float(np.sqrt(sum(squares)))
 
     def relative(paths):
-        norm = distance(exact, {path: 0.0 for path in paths}, paths)
-        return distance(grads, exact, paths) / norm, distance(from_rounded, exact, paths) / norm
+        """Each tree's distance from the exact leaves over the exact leaves' norm. Where that norm is 0 (a draw
+        can cut every path from the loss to these leaves), over the tree's own norm, and 0 when both are 0."""
+        zero = {path: 0.0 for path in paths}
+        norm = distance(exact, zero, paths)
+        scales = (norm or distance(tree, zero, paths) for tree in (grads, from_rounded))
+        return tuple(0.0 if scale == 0.0 else distance(tree, exact, paths) / scale
+                     for tree, scale in zip((grads, from_rounded), scales))
 
     errors = {"loss": relative_error(loss, exact_loss)}
     errors["gradients"], errors["sensitivity"] = relative(sorted(exact))

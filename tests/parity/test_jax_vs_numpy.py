@@ -12,11 +12,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import reluattn as ra
-from reluattn.config import ATTENTION_KINDS, AttentionConfig
+from reluattn.config import ATTENTION_KINDS, AttentionConfig, ViTConfig
 from reluattn.numpy_backend.attention_weights import attention_weights_forward
 from reluattn.testing import (FLOAT32_CONDITION_FACTOR, assert_trees_close, compiling, float32_against_exact,
                               make_batch, make_parameters, optimizer_configs, relative_error, vit_configs)
@@ -26,6 +26,13 @@ FLOAT64_TOLERANCE = 1e-8
 FLOAT32_LOGITS_TOLERANCE = 1e-4
 FLOAT32_GRADIENT_TOLERANCE = 1e-4  # norm-wise over all leaves; float32 rounding is 6e-8 relative
 CONFIGS = vit_configs(reg_weights=(0.0, 0.5))  # every option, ReLUFormer's regulariser too
+# A draw hypothesis found on a clean clone (seed 65536): relu6 gives the class token's query row no weight in
+# either block, so with pool "cls" no attention output reaches the loss and every attention gradient, the
+# learned length factor's too, is exactly 0 (float32_against_exact's length errors were once 0 / 0).
+CLS_ROW_EMPTY_DRAW = ViTConfig(
+    image_size=8, patch_size=4, channels=3, num_classes=4, dim=3, depth=2, heads=1, mlp_dim=4, pool="cls",
+    mlp_activation="relu", attention=AttentionConfig(kind="relu6", alpha=0.25, scale=0.5, gated=True,
+                                                     gate_activation="silu", learn_alpha=True))
 
 
 @settings(compiling, max_examples=14)
@@ -68,6 +75,7 @@ def test_float32_logits_equal_numpy(cfg, seed):
 @pytest.mark.parametrize("fast", [False, True])
 @settings(compiling, max_examples=6)
 @given(cfg=CONFIGS, seed=st.integers(0, 2**16))
+@example(cfg=CLS_ROW_EMPTY_DRAW, seed=65536)
 def test_float32_loss_and_gradients_close_to_exact(cfg, seed, fast):
     """float32, plain and with fast=True (its own code paths: matmul layouts, the LayerNorm and GELU
     derivative rules), against the exact float64 answer of the NumPy backend."""
@@ -78,6 +86,19 @@ def test_float32_loss_and_gradients_close_to_exact(cfg, seed, fast):
     assert errors["loss"] <= FLOAT32_GRADIENT_TOLERANCE, errors
     allowed = max(FLOAT32_GRADIENT_TOLERANCE, FLOAT32_CONDITION_FACTOR * errors["sensitivity"])
     assert errors["gradients"] <= allowed, errors
+
+
+def test_a_draw_whose_class_row_is_empty_has_length_errors_of_zero():
+    """The pinned draw is what its comment says, and its length errors are 0, not a division by zero."""
+    params = make_parameters(CLS_ROW_EMPTY_DRAW, 65536, np.float64)
+    images, labels = make_batch(CLS_ROW_EMPTY_DRAW, 65537, np.float64)
+    _, maps = nb.apply(params, images, CLS_ROW_EMPTY_DRAW, return_attention=True)
+    assert all(np.all(weights[:, :, 0] == 0) and np.any(weights > 0) for weights in maps)
+    _, grads = nb.loss_and_grad(params, images, labels, CLS_ROW_EMPTY_DRAW)
+    assert all(np.all(block["attn"]["length"]["alpha"] == 0) for block in grads["blocks"])
+    errors = float32_against_exact(CLS_ROW_EMPTY_DRAW, 65536, fast=True)
+    assert errors["length"] == errors["length sensitivity"] == 0.0, errors
+    assert errors["gradients"] <= FLOAT32_GRADIENT_TOLERANCE, errors
 
 
 @settings(compiling, max_examples=6)
