@@ -130,9 +130,11 @@ def float32_against_exact(cfg: ViTConfig, seed: int, fast: bool = False, params:
         can cut every path from the loss to these leaves), over the tree's own norm, and 0 when both are 0."""
         zero = {path: 0.0 for path in paths}
         norm = distance(exact, zero, paths)
-        scales = (norm or distance(tree, zero, paths) for tree in (grads, from_rounded))
-        return tuple(0.0 if scale == 0.0 else distance(tree, exact, paths) / scale
-                     for tree, scale in zip((grads, from_rounded), scales))
+
+        def ratio(tree):
+            scale = norm or distance(tree, zero, paths)
+            return 0.0 if scale == 0.0 else distance(tree, exact, paths) / scale
+        return ratio(grads), ratio(from_rounded)
 
     errors = {"loss": relative_error(loss, exact_loss)}
     errors["gradients"], errors["sensitivity"] = relative(sorted(exact))
