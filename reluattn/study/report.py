@@ -197,12 +197,20 @@ def _row(experiment: str, record: dict, run_dir: Path) -> dict:
            "fewshot_accuracy": _number(fewshot, "fewshot_accuracy", run_dir / "fewshot.json"),
            "train_flops": _train_flops(summary, config, run_dir),
            "wall_time_s": _number(summary, "wall_time_s", summary_path),
-           "machine": summary.get("device") or record.get("machine"),
+           "machine": _machine(record, summary),
            **_last_attention_statistics(run_dir, attention), **_learned_alphas(run_dir, attention, checkpoint),
            "command": record.get("command"), "config": config}
     if record.get("status") == "failed":
         row["error"] = record.get("error")
     return row
+
+
+def _machine(record: dict, summary: dict) -> str | None:
+    """"AMD EPYC (family 25, model 1), 2 cores; 1 cpu device": the host the sweep ran the run on (its cell
+    record) and the devices the run trained on (its summary), so that a GPU run names its host and a CPU run
+    its CPU model; either part alone when the other is missing."""
+    parts = [part for part in (record.get("machine"), summary.get("device")) if isinstance(part, str) and part]
+    return "; ".join(parts) or None
 
 
 def collect_rows(experiment: str, out, scale: str | None = None) -> list[dict]:

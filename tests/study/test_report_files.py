@@ -78,3 +78,19 @@ def test_non_finite_values_are_written_as_null(tmp_path):
     assert any("best_val_accuracy is nan" in m for m in messages), messages
     data_lines = (tmp_path / "results.csv").read_text().lower().splitlines()[1:]
     assert data_lines and not any("nan" in line or "inf" in line for line in data_lines)
+
+
+def test_the_machine_column_names_the_host_and_the_devices(tmp_path):
+    """results.csv's machine: the CPU model and cores the sweep recorded (cell.json) and the run's devices
+    (summary.json), so that a CPU run names its CPU and a GPU run its host; either alone when one is missing."""
+    cells = cells_of("kv-memory", "smoke")
+    host = "AMD EPYC (family 25, model 1), 2 cores"
+    _run(tmp_path, cells[0], record={"experiment": "kv-memory", "cell": cells[0].name, "seed": 0,
+                                     "labels": cells[0].labels, "status": "done", "machine": host},
+         summary={"best_val_accuracy": 0.5, "train_flops": 1e9, "device": "1 gpu device"})
+    _run(tmp_path, cells[1], summary={"best_val_accuracy": 0.5, "train_flops": 1e9, "device": "1 cpu device"})
+    _run(tmp_path, cells[2])
+    results, messages = _report(tmp_path)
+    machines = {row["cell"]: row["machine"] for row in results["rows"]}
+    assert machines == {cells[0].name: f"{host}; 1 gpu device", cells[1].name: "1 cpu device", cells[2].name: None}
+    assert f'"{host}; 1 gpu device"' in (tmp_path / "results.csv").read_text()
