@@ -90,15 +90,15 @@ if mode:
             os.kill(os.getpid(), signum)
 
     if where == "flush":
-        from reluattn.training import loop as train
-        original_flush = train._Loop.flush
+        from reluattn.training.step_loop import StepLoop
+        original_flush = StepLoop.flush
 
         def flush(self):
             if self.pending and self.pending[-1][0] >= step:
                 fire()
             original_flush(self)
 
-        train._Loop.flush = flush
+        StepLoop.flush = flush
     else:
         from reluattn.training import run_dir as checkpoint
         original_write = checkpoint._write_npz

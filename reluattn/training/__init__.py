@@ -5,7 +5,8 @@
 
     config.py      TrainConfig (everything a run computes) and AugmentationConfig
     presets.py     the named TrainConfigs of `--preset`, each with its budget and measured result
-    loop.py        train(): data order, logging, validation, checkpoints, stopping and resuming
+    loop.py        train(): a new or resumed run's data, config and engine, handed to the step loop
+    step_loop.py   the loop over steps: data order, logging, validation, checkpoints, stopping on a signal
     engine.py      the Engine protocol the loop calls, a NumPy and a JAX engine, and the one evaluation
     augment.py     host (NumPy) and device (JAX) augmentation side by side, and the one `normalize`
     run_data.py    which images a run trains and validates on, and their normalisation statistics

@@ -1,4 +1,4 @@
-"""Engines: what the training loop (loop.py) calls to run steps on one backend, and the one evaluation.
+"""Engines: what the training loop (loop.py, step_loop.py) calls to run steps on one backend, and the one evaluation.
 
 The Engine protocol, the whole interface between the loop and a backend:
 

@@ -8,7 +8,7 @@ write and delete in it.
         state.json        step, epoch, seeds: what a resumed run needs to continue exactly
     <run>/checkpoints/LATEST   the name of the newest complete checkpoint
     <run>/metrics.jsonl        one JSON object per line (run_dir.py)
-    <run>/summary.json         written at the end of a run (loop.py)
+    <run>/summary.json         written at the end of a run (step_loop.py)
     <run>/.reluattn.lock       the lock one `reluattn train` holds while it uses the folder (below)
 
     with use_run_folder(run_dir, new_run=True):   the lock, the checks and the clean-up below

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from reluattn.cli import main
-from reluattn.training import files, loop
+from reluattn.training import files
+from reluattn.training.step_loop import StepLoop
 from reluattn.training.run_dir import list_checkpoints, read_metrics, resolve_checkpoint, save_checkpoint
 from train_helpers import assert_bit_identical, cli_command, final_arrays, numpy_run
 from train_helpers import cache, data, environment  # noqa: F401  (module fixtures)
@@ -259,7 +260,7 @@ def test_a_full_disk_names_the_file_it_could_not_write(data, tmp_path, capsys, m
 
 
 def test_a_second_ctrl_c_still_names_the_last_checkpoint(data, tmp_path, capsys, monkeypatch):
-    original = loop._Loop.flush
+    original = StepLoop.flush
 
     def flush(self):  # Ctrl-C twice in a row at step 6 (checkpoint 4 is saved)
         if self.pending and self.pending[-1][0] == 6:
@@ -267,7 +268,7 @@ def test_a_second_ctrl_c_still_names_the_last_checkpoint(data, tmp_path, capsys,
             os.kill(os.getpid(), signal.SIGINT)
         original(self)
 
-    monkeypatch.setattr(loop._Loop, "flush", flush)
+    monkeypatch.setattr(StepLoop, "flush", flush)
     out = tmp_path / "run"
     line = one_error_line(capsys, numpy_run(data, out, steps=8), code=130)
     assert str(out / "checkpoints" / "step_00000004") in line and "--resume" in line
