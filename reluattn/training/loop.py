@@ -32,7 +32,8 @@ from .step_loop import StepLoop, TrainResult, best_and_final, print_status, summ
 
 def train(config: TrainConfig, out, *, data=None, resume: bool = False, progress: bool = True,
           stdout=None, allow_different_data: bool = False) -> TrainResult:
-    """Train (or, with resume=True, continue) the run in directory `out`; see the module docstring.
+    """Train (or, with resume=True, continue) the run in directory `out`: the folder and data rules are this
+    module's docstring, the data order, logging, checkpoints and signals step_loop.py's.
 
     Without `data`, a resumed run reads the data source its checkpoint recorded; `allow_different_data`
     lets it continue on images whose fingerprint differs from the recorded one."""
