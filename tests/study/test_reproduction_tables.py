@@ -1,0 +1,70 @@
+"""The long-sequence table of docs/reproduction.md is written by hand as its runs come in, a session at a time:
+every entry (mean ± sd (seeds), attention statistics) must be what the committed results.csv gives."""
+
+from __future__ import annotations
+
+import csv
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGE = ROOT / "docs" / "reproduction.md"
+RESULTS = ROOT / "docs" / "run-logs" / "cpu" / "long-sequence" / "results.csv"
+HEADER = ("| tokens | softmax | relu / L | relu / √(L/2) | reluformer | entropy / log L: softmax, relu / L "
+          "| zero fraction, relu / L |")
+METHODS = ("softmax", "relu-over-L", "relu-over-sqrt-half-L", "reluformer")  # the accuracy columns, in order
+
+
+def table_rows(text: str, header: str) -> list[list[str]]:
+    """The cells of each row of the table that starts with `header` (after its |---| line)."""
+    lines = text.splitlines()
+    start = lines.index(header) + 2
+    rows = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip("|").split("|")])
+    return rows
+
+
+def expected_rows(rows: list[dict]) -> dict[str, list[str]]:
+    """The table's rows as results.csv gives them: tokens -> the six cells after the tokens column."""
+    accuracy, entropy, zeros = defaultdict(list), defaultdict(list), defaultdict(list)
+    for row in rows:
+        key = (row["tokens"], row["method"])
+        accuracy[key].append(100 * float(row["test_accuracy"]))
+        entropy[key].append(float(row["attention_entropy_ratio"]))
+        zeros[key].append(float(row["attention_zero_fraction"]))
+    table = {}
+    for tokens in sorted({tokens for tokens, _ in accuracy}, key=int):
+        cells = []
+        for method in METHODS:
+            values = accuracy[tokens, method]
+            cells.append(f"{statistics.mean(values):.1f} ± {statistics.stdev(values):.1f} ({len(values)})")
+        cells.append(f"{statistics.mean(entropy[tokens, 'softmax']):.2f}, "
+                     f"{statistics.mean(entropy[tokens, 'relu-over-L']):.2f}")
+        cells.append(f"{statistics.mean(zeros[tokens, 'relu-over-L']):.2f}")
+        table[tokens] = cells
+    return table
+
+
+def test_the_long_sequence_table_is_what_results_csv_gives():
+    with RESULTS.open() as f:
+        expected = expected_rows([row for row in csv.DictReader(f) if row["status"] == "done"])
+    written = {row[0]: row[1:] for row in table_rows(PAGE.read_text(), HEADER)}
+    assert written == expected
+
+
+def test_a_stale_seed_count_on_the_page_is_caught():
+    """The comparison is of each whole written cell: a count the page did not update differs."""
+    rows = [{"tokens": "17", "method": method, "test_accuracy": str(0.5 + 0.01 * seed),
+             "attention_entropy_ratio": "0.5", "attention_zero_fraction": "0.25"}
+            for method in METHODS for seed in range(3)]
+    expected = expected_rows(rows)
+    assert expected["17"] == ["51.0 ± 1.0 (3)"] * 4 + ["0.50, 0.50", "0.25"]
+    page = "\n".join([HEADER, "|---|---|---|---|---|---|---|",
+                       "| 17 | 51.0 ± 1.0 (2) | 51.0 ± 1.0 (3) | 51.0 ± 1.0 (3) | 51.0 ± 1.0 (3) | 0.50, 0.50 | 0.25 |",
+                       "", "after the table"])
+    written = {row[0]: row[1:] for row in table_rows(page, HEADER)}
+    assert written["17"][1:] == expected["17"][1:] and written != expected
