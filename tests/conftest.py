@@ -27,7 +27,8 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 # every tolerance already allows. Measured on a 2-core AMD EPYC (CPU family 25, model 17), the machine idle,
 # 2026-12-06: `pytest -q -n auto --dist loadfile --durations=80` 827 s at the default level, 611 s at level 0,
 # all 1,711 tests passing under both. The default level still runs in CI: `.ci/minimums` (the testing kit
-# and a short `reluattn train`) and the tests that start a process with XLA_FLAGS of their own (data
+# and a short `reluattn train`), the tutorials' kernels (their outputs, timings included, are what the docs
+# site shows; tests/tutorials) and the tests that start a process with XLA_FLAGS of their own (data
 # parallelism over host devices). XLA_FLAGS that already name a level keep it:
 # XLA_FLAGS=--xla_backend_optimization_level=3 make test runs the suite at the default.
 if "--xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import html
 import importlib.util
+import os
 import re
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -28,7 +29,8 @@ ROOT = Path(__file__).resolve().parents[2]
 TUTORIALS = ROOT / "tutorials"
 NOTEBOOKS = sorted(TUTORIALS.glob("[0-9][0-9]_*.ipynb"))
 CELL_TIMEOUT = 300  # seconds; a whole quick notebook takes well under a minute here
-PROBE = "import sys, reluattn; print(sys.executable); print(reluattn.__file__)"
+PROBE = ("import os, sys, reluattn; print(sys.executable); print(reluattn.__file__); "
+         "print('--xla_backend_optimization_level=0' in os.environ.get('XLA_FLAGS', ''))")
 
 
 def test_the_tutorials_are_there():
@@ -105,6 +107,13 @@ def executed_notebooks(kernel_env, request):
         for name, value in kernel_env.items():
             patch.setenv(name, value)
         patch.delenv("MPLBACKEND", raising=False)  # the notebook's own inline backend, as a student sees it
+        # XLA's default optimisation level, as a student's kernel has (conftest sets 0 for the rest of the suite):
+        # the outputs kept here are what the docs site shows, timings included.
+        flags = os.environ.get("XLA_FLAGS", "").replace("--xla_backend_optimization_level=0", "").strip()
+        if flags:
+            patch.setenv("XLA_FLAGS", flags)
+        else:
+            patch.delenv("XLA_FLAGS", raising=False)
         pool = ThreadPoolExecutor(max_workers=2)
         try:
             yield {path: pool.submit(run_notebook, path) for path in selected}
@@ -118,6 +127,7 @@ def test_notebook_runs(path, executed_notebooks):
     probe = "".join(output.get("text", "") for output in notebook.cells[-1].outputs).split()
     assert Path(probe[0]).resolve() == Path(sys.executable).resolve(), f"kernel ran {probe[0]}"
     assert Path(probe[1]).resolve().is_relative_to(ROOT), f"kernel imported reluattn from {probe[1]}"
+    assert probe[2] == "False", "the kernel compiled at XLA's level 0, not the default a student's kernel has"
     images = sum("image/png" in output.get("data", {}) for cell in notebook.cells if cell.cell_type == "code"
                  for output in cell.outputs)
     assert images >= 2, f"{path.name} drew {images} figures"
@@ -127,7 +137,6 @@ def test_notebook_runs(path, executed_notebooks):
 def keep_for_the_docs(path: Path, notebook) -> None:
     """With RELUATTN_EXECUTED_TUTORIALS set (.ci/run), the run (without the probe cell) goes there with its
     record, and the docs build of the same checkout shows it instead of running the notebook again."""
-    import os
     folder = os.environ.get(execute_tutorials.EXECUTED_FOLDER)
     if not folder:
         return
