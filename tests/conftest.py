@@ -21,11 +21,12 @@ import os
 for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_variable] = "1"
 os.environ.setdefault("MPLBACKEND", "Agg")
-# XLA's LLVM optimisation level 0 (its default is 3) for this process and every JAX process the tests start:
+# XLA's LLVM optimisation level 0 (its default is 3) for this process and the JAX processes the tests start:
 # the suite is mostly compiling (small shapes, many configurations), and level 0 compiles faster. The same
 # XLA programs (fusion and layout passes are unchanged); float32 results can differ in the last bits, which
 # every tolerance already allows. Measured on a 2-core AMD EPYC (CPU family 25, model 17), the machine idle,
-# 2026-12-06: `pytest -q -n auto --dist loadfile --durations=80` 827 s at the default level, 611 s at level 0,
+# 2026-12-06, before the tutorials' kernels were kept at the default: `pytest -q -n auto --dist loadfile
+# --durations=80` 827 s at the default level, 611 s with every process at level 0,
 # all 1,711 tests passing under both. The default level still runs in CI: `.ci/minimums` (the testing kit
 # and a short `reluattn train`), the tutorials' kernels (their outputs, timings included, are what the docs
 # site shows; tests/tutorials) and the tests that start a process with XLA_FLAGS of their own (data
