@@ -18,7 +18,7 @@ PRESETS: dict[str, TrainConfig] = {
     #   Model: ViT 128 wide, 6 deep, 4 heads (Dh 32), MLP 256, patch 4 (65 tokens), relu/L attention.
     #   Budget: 2-core CPU, at most 20 minutes; bfloat16 matmuls, AdamW, 1-epoch warm-up then cosine,
     #           crop+flip, label smoothing 0.1.
-    #   Command: make train   (= python -m reluattn train --preset cpu-small, data from RELUATTN_DATA)
+    #   Command: python -m reluattn train --preset cpu-small --data PATH   (data from RELUATTN_DATA without --data)
     #   Target: >= 65% validation accuracy on CIFAR-10.
     #   Measured (docs/results.md; shared JPEG CIFAR-10 copy, seed 0, jax 0.10.2):
     #     current initialisation, 2-core AMD EPYC (KVM): 68.1% in 8 min 51 s with the machine to itself
@@ -66,7 +66,8 @@ PRESETS: dict[str, TrainConfig] = {
     #           label smoothing 0.1.
     #   Command: python -m reluattn train --preset gpu-tiny --data PATH --out runs/gpu-tiny
     #   Measured (docs/results.md; one NVIDIA H200, jax 0.11.2, shared JPEG CIFAR-10 copy, seed 0):
-    #     80.1% best validation accuracy (79.8% final), 277 s of training at 25,700 images/s.
+    #     80.1% best validation accuracy (79.8% final), 277 s of training at 25,700 images/s, with the previous
+    #     (fused qkv) initialisation (not re-measured since).
     "gpu-tiny": TrainConfig(
         preset="gpu-tiny",
         model=ViTConfig(dim=192, depth=12, heads=3, mlp_dim=768, patch_size=4, pool="cls",
@@ -82,7 +83,7 @@ PRESETS: dict[str, TrainConfig] = {
     #           mixup 0.8 / cutmix 1.0, label smoothing 0.1.
     #   Command: python -m reluattn train --preset gpu-long --data PATH --out runs/gpu-long
     #   Target: >= 90% validation accuracy. Expected result and runtime: not measured yet
-    #   (estimated ~20 min on one H200 from gpu-tiny's measured speed).
+    #   (estimated ~30 min on one H200 from gpu-tiny's measured time: 277 s x 2.2 the FLOPs per image x 3 the images).
     "gpu-long": TrainConfig(
         preset="gpu-long",
         model=ViTConfig(dim=384, depth=8, heads=6, mlp_dim=1152, patch_size=4, pool="cls",
