@@ -30,7 +30,7 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 # all 1,711 tests passing under both. The default level still runs in CI: `.ci/minimums` (the testing kit
 # and a short `reluattn train`), the tutorials' kernels (their outputs, timings included, are what the docs
 # site shows; tests/tutorials) and the tests that start a process with XLA_FLAGS of their own (data
-# parallelism over host devices). XLA_FLAGS that already name a level keep it:
+# parallelism over host devices). XLA_FLAGS that already name a level keep it (but for the tutorials' kernels):
 # XLA_FLAGS=--xla_backend_optimization_level=3 make test runs the suite at the default.
 if "--xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()

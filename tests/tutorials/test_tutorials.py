@@ -29,8 +29,9 @@ ROOT = Path(__file__).resolve().parents[2]
 TUTORIALS = ROOT / "tutorials"
 NOTEBOOKS = sorted(TUTORIALS.glob("[0-9][0-9]_*.ipynb"))
 CELL_TIMEOUT = 300  # seconds; a whole quick notebook takes well under a minute here
+LEVEL_0 = "--xla_backend_optimization_level=0"  # what tests/conftest.py adds to XLA_FLAGS for the rest of the suite
 PROBE = ("import os, sys, reluattn; print(sys.executable); print(reluattn.__file__); "
-         "print('--xla_backend_optimization_level=0' in os.environ.get('XLA_FLAGS', ''))")
+         f"print({LEVEL_0!r} in os.environ.get('XLA_FLAGS', ''))")
 
 
 def test_the_tutorials_are_there():
@@ -109,7 +110,7 @@ def executed_notebooks(kernel_env, request):
         patch.delenv("MPLBACKEND", raising=False)  # the notebook's own inline backend, as a student sees it
         # XLA's default optimisation level, as a student's kernel has (conftest sets 0 for the rest of the suite):
         # the outputs kept here are what the docs site shows, timings included.
-        flags = os.environ.get("XLA_FLAGS", "").replace("--xla_backend_optimization_level=0", "").strip()
+        flags = os.environ.get("XLA_FLAGS", "").replace(LEVEL_0, "").strip()
         if flags:
             patch.setenv("XLA_FLAGS", flags)
         else:
