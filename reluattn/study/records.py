@@ -62,7 +62,8 @@ class Claim:
     quote: str                             # the paper's words
     source: str                            # paper, figure, section
     planned: Callable[[str], list]         # planned(scale) -> [Planned]
-    rule: str = "all"                      # "all": every comparison must agree; "most": at least half;
+    rule: str = "all"                      # "all": agrees when every comparison supports;
+                                           # "most": agrees when at most a quarter contradict;
                                            # "none-best": no cell is resolvably ahead of every other
     scope: str = ""                        # when the paper's setting differs from what is run: what was run
 

@@ -22,7 +22,8 @@ PRESETS: dict[str, TrainConfig] = {
     #   Target: >= 65% validation accuracy on CIFAR-10.
     #   Measured (docs/results.md; shared JPEG CIFAR-10 copy, seed 0, jax 0.10.2):
     #     current initialisation, 2-core AMD EPYC (KVM): 68.1% in 8 min 51 s with the machine to itself
-    #     (722 images/s); on one loaded core 68.6% (softmax under the same budget 63.1%) in 1 h 52 min;
+    #     (722 images/s); on one loaded core 68.6% (softmax under the same budget 63.1%) in 1 h 52 min
+    #     (one seed each: not a comparison of the two attentions, see docs/reproduction.md);
     #     previous (fused qkv) initialisation, 2-core Xeon with AMX (KVM): 69.3% in 14 min 10 s for
     #     `make train` in a fresh clone (440 images/s), softmax 65.7%.
     "cpu-small": TrainConfig(
@@ -40,7 +41,7 @@ PRESETS: dict[str, TrainConfig] = {
     #   Data: 40,000 training images; 5,000 held out for validation and 5,000 as a test split that no choice
     #         is made on (`--test-split`), scored once at the end.
     #   Budget: <= 15 minutes of wall time for the whole command on a 2-core CPU: 28 epochs, each training step
-    #           keeping a random half of every image's 64 patch tokens (`token_keep=(0.5,)`: about 1.7x the
+    #           keeping a random half of every image's 64 patch tokens (`token_keep=(0.5,)`: about 1.8x the
     #           images/s of all 64, so 28 epochs fit where 16 did; validation and test see all 64), batch 64,
     #           AdamW 1.5e-3, 1-epoch warm-up then cosine, crop+flip, label smoothing 0.1, matmul dtype from a
     #           probe ("auto").
@@ -50,7 +51,8 @@ PRESETS: dict[str, TrainConfig] = {
     #   AMD EPYC with avx512_bf16, nothing else running, 2026-11-27; `PYTHONPATH=. python
     #   benchmarks/time_to_accuracy.py --preset cpu-fast --data ../shared/data/cifar10-train.zip --out runs/tta`):
     #     relu / L: 76.2 % test (75.3 % validation) in 14.5 min, 1,436 images/s (the probe picked bfloat16);
-    #     softmax, same recipe: 74.2 % test (74.1 % validation) in 15.4 min, 1,346 images/s.
+    #     softmax, same recipe: 74.2 % test (74.1 % validation) in 15.4 min, 1,346 images/s
+    #     (one seed each: not a comparison of the two attentions, see docs/reproduction.md).
     "cpu-fast": TrainConfig(
         preset="cpu-fast",
         model=ViTConfig(dim=128, depth=6, heads=4, mlp_dim=256, patch_size=4, pool="gap",
