@@ -4,16 +4,21 @@ A claim whose source names a paper's abstract must quote that abstract word for 
 kept below as arXiv gives them (2309.08586, Wortsman et al. 2023; 2302.06461, Shen et al. 2023). Inside a
 quote, "..." leaves words out and "[...]" stands for the quote's own words of context; every other piece must
 appear in the abstract, in order. A claim that is not a quote says so ("paraphrase: ...") and names the figure
-it summarises.
+it summarises. And the pages (README, docs, slides, the tutorials' text): a double-quoted passage that shares
+four running words with an abstract must be that abstract's words.
 """
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
 import pytest
 
 from reluattn.study.experiments import EXPERIMENTS
+
+ROOT = Path(__file__).resolve().parents[2]
 
 ABSTRACTS = {
     "Wortsman et al. (2023)": (
@@ -82,3 +87,41 @@ def test_a_claim_citing_an_abstract_quotes_it_word_for_word(name, index, claim):
     pieces = quoted_pieces(claim.quote)
     assert pieces and appear_in_order(pieces, ABSTRACTS[paper_of(claim)]), (
         f"{name}: {claim.quote!r} is not the words of {paper_of(claim)}'s abstract")
+
+
+TITLES = ("Replacing softmax with ReLU in Vision Transformers", "A Study on ReLU and Softmax in Transformer")
+PAGES = ["README.md", *sorted(str(path.relative_to(ROOT)) for folder in ("docs", "course/slides")
+                              for path in (ROOT / folder).rglob("*.md")
+                              if "_build" not in path.parts and "run-logs" not in path.parts),
+         *sorted(str(path.relative_to(ROOT)) for path in (ROOT / "tutorials").glob("0*.ipynb"))]
+
+
+def prose(path: Path) -> str:
+    """A page's text (a notebook's markdown cells), its line breaks and indents as single spaces."""
+    text = path.read_text()
+    if path.suffix == ".ipynb":
+        cells = json.loads(text)["cells"]
+        text = " ".join("".join(cell["source"]) for cell in cells if cell["cell_type"] == "markdown")
+    return re.sub(r"\s+", " ", text)
+
+
+def misquotes(text: str) -> list[str]:
+    """Double-quoted passages that share four running words with an abstract but are not its words."""
+    abstracts = " ".join(ABSTRACTS.values())
+    found = []
+    for quote in re.findall(r'"([^"]{20,400})"', text):
+        words = quote.split()
+        echoes = any(" ".join(words[i:i + 4]) in abstracts for i in range(len(words) - 3))
+        if echoes and quote not in TITLES and not appear_in_order(quoted_pieces(quote), abstracts):
+            found.append(quote)
+    return found
+
+
+def test_misquotes_finds_a_changed_word():
+    assert misquotes('they say "we find that this degradation vanishes when dividing by sequence length"')
+    assert not misquotes('they say "we find that this degradation is mitigated when dividing by sequence length"')
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_the_docs_quote_the_abstracts_word_for_word(page):
+    assert misquotes(prose(ROOT / page)) == []
