@@ -17,17 +17,18 @@ from pathlib import Path
 import pytest
 
 from reluattn.study.experiments import EXPERIMENTS
+from reluattn.study.grids import SHEN, WORTSMAN
 
-ROOT = Path(__file__).resolve().parents[2]
+from train_helpers import ROOT
 
 ABSTRACTS = {
-    "Wortsman et al. (2023)": (
+    WORTSMAN: (
         "Previous research observed accuracy degradation when replacing the attention softmax with a point-wise "
         "activation such as ReLU. In the context of vision transformers, we find that this degradation is "
         "mitigated when dividing by sequence length. Our experiments training small to large vision transformers "
         "on ImageNet-21k indicate that ReLU-attention can approach or match the performance of softmax-attention "
         "in terms of scaling behavior as a function of compute."),
-    "Shen et al. (2023)": (
+    SHEN: (
         "The Transformer architecture consists of self-attention and feed-forward networks (FFNs) which can be "
         "viewed as key-value memories according to previous works. However, FFN and traditional memory utilize "
         "different activation functions (i.e., ReLU and Softmax respectively), which makes them not equivalent. "
@@ -46,6 +47,11 @@ ABSTRACTS = {
 
 CLAIMS = [(name, index, claim) for name, record in sorted(EXPERIMENTS.items())
           for index, claim in enumerate(record.claims)]
+ABSTRACT_CLAIMS = [(name, index, claim) for name, index, claim in CLAIMS if "abstract" in claim.source]
+
+
+def ids(claims) -> list[str]:
+    return [f"{name}-{index}" for name, index, _ in claims]
 
 
 def quoted_pieces(quote: str) -> list[str]:
@@ -53,8 +59,9 @@ def quoted_pieces(quote: str) -> list[str]:
     return [piece.strip() for piece in re.split(r"\.\.\.|\[[^\]]*\]", quote) if piece.strip()]
 
 
-def paper_of(claim) -> str:
-    return next(paper for paper in ABSTRACTS if claim.source.startswith(paper))
+def paper_of(claim) -> str | None:
+    """The paper whose abstract is kept here and whose name the claim's source starts with."""
+    return next((paper for paper in ABSTRACTS if claim.source.startswith(paper)), None)
 
 
 def appear_in_order(pieces: list[str], text: str) -> bool:
@@ -72,17 +79,16 @@ def test_quoted_pieces_drop_elisions_and_context():
     assert appear_in_order(["a b", "d"], "a b c d") and not appear_in_order(["d", "a b"], "a b c d")
 
 
-@pytest.mark.parametrize("name, index, claim", CLAIMS, ids=[f"{name}-{index}" for name, index, _ in CLAIMS])
+@pytest.mark.parametrize("name, index, claim", CLAIMS, ids=ids(CLAIMS))
 def test_a_claim_names_its_paper_and_is_a_quote_or_a_marked_paraphrase(name, index, claim):
-    assert any(claim.source.startswith(paper) for paper in ABSTRACTS), claim.source
+    assert paper_of(claim), claim.source
     if claim.quote.startswith("paraphrase:"):
         assert "Fig." in claim.source, f"{name}: a paraphrase names the figure it summarises"
     else:
         assert "abstract" in claim.source or "Fig." in claim.source, f"{name}: where the words stand"
 
 
-@pytest.mark.parametrize("name, index, claim", [c for c in CLAIMS if "abstract" in c[2].source],
-                         ids=[f"{name}-{index}" for name, index, claim in CLAIMS if "abstract" in claim.source])
+@pytest.mark.parametrize("name, index, claim", ABSTRACT_CLAIMS, ids=ids(ABSTRACT_CLAIMS))
 def test_a_claim_citing_an_abstract_quotes_it_word_for_word(name, index, claim):
     pieces = quoted_pieces(claim.quote)
     assert pieces and appear_in_order(pieces, ABSTRACTS[paper_of(claim)]), (
