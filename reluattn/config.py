@@ -257,9 +257,11 @@ class ViTConfig(JsonConfig):
         """P*P*C, the length of one flattened patch."""
         return self.patch_size * self.patch_size * self.channels
 
-    def flops_per_image(self, backward: bool = True) -> float:
-        """Matmul FLOPs for one image (2 per multiply-add); forward+backward counts 3x the forward."""
-        t, d, m = self.num_tokens, self.dim, self.mlp_dim
+    def flops_per_image(self, backward: bool = True, patches: int | None = None) -> float:
+        """Matmul FLOPs for one image (2 per multiply-add); forward+backward counts 3x the forward.
+        `patches`: the patch tokens the blocks see (token dropping; None: all N); the patch embedding sees all N."""
+        t = self.num_tokens if patches is None else self.num_tokens - self.num_patches + patches  # T: K [+ class]
+        d, m = self.dim, self.mlp_dim
         per_block = 2 * t * d * 3 * d + 2 * t * t * d * 2 + 2 * t * d * d + 2 * t * d * m * 2
         if self.attention.gated:
             per_block += 2 * t * d * d
@@ -267,7 +269,8 @@ class ViTConfig(JsonConfig):
         return forward * (3 if backward else 1)
 
     def train_flops(self, batch_size: int, steps: int) -> float:
-        """Matmul FLOPs of a training run: flops_per_image() (forward + backward) x batch_size x steps."""
+        """Matmul FLOPs of a training run: flops_per_image() (forward + backward) x batch_size x steps (every
+        token kept; TrainConfig.train_flops counts token dropping)."""
         return self.flops_per_image() * batch_size * steps
 
 

@@ -174,6 +174,14 @@ class TrainConfig(JsonConfig):
         keep = max(1, round(fraction * self.model.num_patches))
         return None if keep == self.model.num_patches else keep
 
+    def train_flops(self, steps: int) -> float:
+        """Matmul FLOPs of the first `steps` training steps, forward + backward, each step at the patch tokens
+        it kept (tokens_kept)."""
+        if len(set(self.token_keep)) == 1:  # every step keeps the same number
+            return self.model.flops_per_image(patches=self.tokens_kept(0)) * self.batch_size * steps
+        per_image = sum(self.model.flops_per_image(patches=self.tokens_kept(step)) for step in range(steps))
+        return per_image * self.batch_size
+
     def total_steps(self, num_train: int) -> int:
         return self.steps if self.steps is not None else self.epochs * self.steps_per_epoch(num_train)
 

@@ -12,7 +12,7 @@ leaving the last good checkpoint in place. Train records carry, besides loss and
 scalar the backend's step reports (the attention regulariser R, when the model computes it) and the learned
 alpha / gamma per block and head (when the model learns them); validation records carry "attention", the
 statistics of attention_statistics.py on a fixed batch (the first validation images). summary.json adds
-the run's FLOPs (`ViTConfig.train_flops`) and the device it ran on.
+the run's FLOPs (`TrainConfig.train_flops`: token dropping counted) and the device it ran on.
 
 SIGINT (Ctrl-C) and SIGTERM finish the current step, save a checkpoint and return exit code 130 / 143; a
 second one stops at once, naming the last checkpoint (StopRequests, at the end of this file).
@@ -254,7 +254,7 @@ class StepLoop:
             line += f"; test accuracy {test['test_accuracy']:.4f} on {test['num_test']} held-out images"
         write_summary(self.run_dir, {**test,
             "flops_per_image": self.config.model.flops_per_image(),
-            "train_flops": self.config.model.train_flops(self.config.batch_size, total),
+            "train_flops": self.config.train_flops(total),
             "device": self.engine.device_description,
             "steps": total, "best_val_accuracy": best, "final_val_accuracy": final,
             "wall_time_s": round(self.elapsed(), 3), "images_per_s": self.images_per_s(),

@@ -201,3 +201,27 @@ def test_training_with_dropped_tokens_runs_one_step_per_length(data, tmp_path, m
     assert sorted(made, key=str) == [4, None]
     saved = json.loads(next((tmp_path / "run").glob("checkpoints/*/config.json")).read_text())
     assert saved["token_keep"] == [0.25, 1.0]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    model = ViTConfig.from_dict(saved["model"])
+    kept = [train_config_from_dict(saved).tokens_kept(step) or 16 for step in range(8)]  # None: all 16
+    assert 4 in kept and 16 in kept  # both lengths drawn, so the sum below tells them apart
+    assert summary["train_flops"] == sum(model.flops_per_image(patches=k) for k in kept) * 8  # batch 8
+    assert summary["flops_per_image"] == model.flops_per_image()  # an image at inference: all its tokens
+
+
+def test_train_flops_count_only_the_tokens_each_step_keeps():
+    """Dropped tokens skip the blocks, not the patch embedding: a step at K tokens costs the blocks at K (+ the
+    class token) and the embedding at all N patches."""
+    config = config_from("--token-keep", "0.5", "--patch-size", "4", "--batch-size", "8", "--steps", "10",
+                         "--pool", "gap")
+    model = config.model
+    assert model.flops_per_image(patches=model.num_patches) == model.flops_per_image()
+    half = model.flops_per_image(patches=32)
+    assert model.flops_per_image() * 0.4 < half < model.flops_per_image() * 0.6
+    embedding_and_head = 3 * (2 * model.num_patches * model.patch_dim * model.dim + 2 * model.dim * model.num_classes)
+    assert model.flops_per_image(patches=0) == embedding_and_head  # mean pooling: no block token left
+    assert config.train_flops(10) == half * 8 * 10
+    mixed = config.replace(token_keep=(0.25, 1.0))
+    draws = [mixed.tokens_kept(step) for step in range(10)]
+    assert mixed.train_flops(10) == sum(model.flops_per_image(patches=16 if k else 64) for k in draws) * 8
+    assert config.replace(token_keep=(1.0,)).train_flops(10) == model.train_flops(8, 10)
