@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from .grids import ALPHA_SWEEP, KV_MEMORY, LEARNED_ALPHA, LONG_SEQUENCE, LR_SELECTION, QK_NORM_AND_GATE
 from .records import DEFAULT_SEEDS, HEADLINE_SEEDS, SCALES, Cell, Planned
-from .scaling_grids import SCALING, SCALING_LR_GRID, SCALING_TUNED
+from .scaling_grids import SCALING, SCALING_FAST, SCALING_FAST_LR_GRID, SCALING_LR_GRID, SCALING_TUNED
 
 # Flags every cell of a scale shares (a cell's own flags override them).
 SCALE_FLAGS = {
@@ -59,7 +59,7 @@ LEARNING_RATES: dict[str, float | None] = {"gelu": 4e-3, "identity": 4e-3, "relu
                                            "sigmoid": 2e-3, "softmax": 2e-3, "softplus": 2e-3}
 
 EXPERIMENT_LIST = (ALPHA_SWEEP, SCALING, QK_NORM_AND_GATE, KV_MEMORY, LONG_SEQUENCE, LEARNED_ALPHA, LR_SELECTION,
-                   SCALING_LR_GRID, SCALING_TUNED)
+                   SCALING_LR_GRID, SCALING_TUNED, SCALING_FAST_LR_GRID, SCALING_FAST)
 EXPERIMENTS = {e.name: e for e in EXPERIMENT_LIST}
 
 

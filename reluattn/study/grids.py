@@ -279,6 +279,6 @@ def size_key(dim, depth, kind) -> str:
 
 LR_SELECTION = Experiment(
     "lr-grid", "each attention kind's peak learning rate, chosen on validation accuracy (17 tokens, alpha 1)",
-    _lr_grid, figure="lr", claims=(), seeds={"cpu": 2},  # run 2026-11-27 with --seeds 2, as planned then
+    _lr_grid, figure="lr", claims=(), seeds={"cpu": 2}, chooses_rates=True,  # run 2026-11-27 with --seeds 2
     exploration="Selects the learning rate every other grid of the scale uses for each kind (the best mean "
                 "validation accuracy; test accuracy is never read), so no kind is judged at another's lr")

@@ -251,7 +251,7 @@ def write_report(experiment: str, out, *, scale: str) -> dict:
         writer.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in COLUMNS})
     write_atomically(table, text.getvalue())
     verdicts = judge(experiment, rows, scale)
-    if experiment in ("lr-grid", "scaling-lr-grid"):  # what other grids use (LEARNING_RATES, SCALING_TUNED_RATES)
+    if EXPERIMENTS[experiment].chooses_rates:  # what other grids use (LEARNING_RATES, SCALING_TUNED_RATES, ...)
         from .rate_choice import chosen_learning_rates, rates_waiting
         cells = aggregate(rows, "best_val_accuracy")
         waiting = rates_waiting(cells, cells_of(experiment, scale), planned_seeds(experiment, scale))

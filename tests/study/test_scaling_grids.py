@@ -6,12 +6,13 @@ import json
 
 import pytest
 
-from reluattn.cli import main
+from reluattn.cli import build_parser, main, train_config_from_args
 from reluattn.study import scaling_grids
-from reluattn.study.experiments import cells_of, planned_comparisons, seeds_of, train_arguments
+from reluattn.study.experiments import cells_of, default_seeds, planned_comparisons, seeds_of, train_arguments
 from reluattn.study.rate_choice import chosen_learning_rates, rates_waiting
 from reluattn.study.records import DEFAULT_SEEDS, HEADLINE_SEEDS
 from reluattn.study.statistics import aggregate
+from reluattn.training.presets import get_preset
 
 from train_helpers import ROOT
 
@@ -145,3 +146,56 @@ def test_the_cpu_scales_tuned_rates_are_the_committed_lr_grids_choice(tmp_path):
     result = write_report("scaling-lr-grid", folder, scale="cpu")
     assert result["learning_rates_waiting"] == {}
     assert result["chosen_learning_rates"] == scaling_grids.SCALING_TUNED_RATES["cpu"]
+
+
+def test_the_fast_lr_grid_runs_cpu_fasts_recipe_at_three_rates_on_one_selection_seed():
+    cells = cells_of("scaling-fast-lr-grid", "cpu")
+    ladder = scaling_grids.SCALING_LADDER["cpu"]
+    assert {(c.labels["dim"], c.labels["kind"], c.labels["lr"]) for c in cells} == {
+        (d, kind, lr) for d, _, _, _ in ladder for kind in ("softmax", "relu") for lr in (7.5e-4, 1.5e-3, 3e-3)}
+    preset = get_preset("cpu-fast")
+    for cell in cells:
+        arguments = train_arguments(cell, cell.first_seed)
+        assert arguments[2:4] == ["--seed", "100"]
+        assert seeds_of(cell, default_seeds("scaling-fast-lr-grid", "cpu")) == 1
+        args = build_parser().parse_args(["train", *arguments])
+        config = train_config_from_args(args, get_preset(args.preset))
+        assert config.model.pool == "gap" and config.token_keep == preset.token_keep == (0.5,)
+        assert (config.batch_size, config.epochs, config.warmup_epochs) == (preset.batch_size, preset.epochs,
+                                                                             preset.warmup_epochs)
+        assert config.model.attention.qk_norm and config.optimizer.learning_rate == cell.labels["lr"]
+        assert (config.val_split, config.test_split) == (5000, 5000)
+
+
+def test_the_fast_grid_waits_for_its_rates_then_runs_scalings_comparisons_at_five_seeds(monkeypatch):
+    monkeypatch.setitem(scaling_grids.SCALING_FAST_RATES, "cpu", {})
+    with pytest.raises(ValueError, match="reluattn sweep scaling-fast-lr-grid --scale cpu.*SCALING_FAST_RATES"):
+        cells_of("scaling-fast", "cpu")
+    ladder = scaling_grids.SCALING_LADDER["cpu"]
+    rates = {f"d{d}x{n}-{kind}": (7.5e-4 if kind == "relu" else 3e-3) for d, n, _, _ in ladder
+             for kind in ("softmax", "relu")}
+    monkeypatch.setitem(scaling_grids.SCALING_FAST_RATES, "cpu", rates)
+    cells = cells_of("scaling-fast", "cpu")
+    assert {c.name: c.flags["--lr"] for c in cells} == rates
+    assert all(seeds_of(c, DEFAULT_SEEDS["cpu"]) == 5 and c.first_seed == 0 for c in cells)
+    selection = {(c.labels["dim"], c.labels["kind"], c.labels["lr"]): c
+                 for c in cells_of("scaling-fast-lr-grid", "cpu")}
+    for cell in cells:  # the selection grid's model and recipe at the chosen rate
+        assert cell.flags == selection[cell.labels["dim"], cell.labels["kind"], cell.flags["--lr"]].flags
+    questions = [(p.question, p.a, p.b, p.expect, p.margin, p.kind) for _, p in planned_comparisons("scaling", "cpu")]
+    assert [(p.question, p.a, p.b, p.expect, p.margin, p.kind)
+            for _, p in planned_comparisons("scaling-fast", "cpu")] == questions
+
+
+def test_the_fast_lr_grids_report_chooses_each_size_and_kinds_rate(tmp_path, monkeypatch):
+    """The report of scaling-fast-lr-grid names its chosen rates, as scaling-lr-grid's does."""
+    from reluattn.study import report
+    rows = [{"cell": c.name, "seed": 100, "status": "done", "experiment": "scaling-fast-lr-grid", **c.labels,
+             "best_val_accuracy": 0.5 + (0.1 if c.labels["lr"] == 1.5e-3 else 0.0), "test_accuracy": 0.5}
+            for c in cells_of("scaling-fast-lr-grid", "smoke")]
+    monkeypatch.setattr(report, "collect_rows", lambda *args, **kwargs: rows)
+    result = report.write_report("scaling-fast-lr-grid", tmp_path, scale="smoke")
+    assert result["learning_rates_waiting"] == {}
+    assert result["chosen_learning_rates"] == {f"d{d}x{n}-{kind}": 1.5e-3
+                                               for d, n, _, _ in scaling_grids.SCALING_LADDER["smoke"]
+                                               for kind in ("softmax", "relu")}

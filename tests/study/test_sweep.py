@@ -23,7 +23,7 @@ from reluattn.progress import time_to_go
 from reluattn.study import sweep as sweep_module
 from reluattn.study.experiments import (EXPERIMENTS, SCALES, Cell, cells_of, planned_comparisons, seeds_of,
                                         train_arguments)
-from reluattn.study.records import DEFAULT_SEEDS, HEADLINE_SEEDS
+from reluattn.study.records import DEFAULT_SEEDS, FEWER_HEADLINE_SEEDS, HEADLINE_SEEDS, LEAST_HEADLINE_SEEDS
 from reluattn.study.figures import FIGURES
 from reluattn.study.report import RUN_SPECIFIC_COLUMNS, write_report
 from reluattn.study.sweep_folder import is_stale, recorded_train_arguments
@@ -70,9 +70,13 @@ def _is_relu_over_L(cell: Cell) -> bool:
 
 @pytest.mark.parametrize("scale", SCALES)
 def test_every_relu_over_L_against_softmax_comparison_has_the_headline_seeds(scale):
-    """The rule the page states: every cell of a relu / L-against-softmax comparison runs HEADLINE_SEEDS."""
+    """The rule the page states: every cell of a relu / L-against-softmax comparison runs HEADLINE_SEEDS, but
+    in the one experiment FEWER_HEADLINE_SEEDS names, which runs its own number, never below 5 at the cpu and gpu
+    scales."""
     found = 0
     for experiment in EXPERIMENTS:
+        least = FEWER_HEADLINE_SEEDS.get(experiment, HEADLINE_SEEDS)[scale]
+        assert least >= (LEAST_HEADLINE_SEEDS if scale in ("cpu", "gpu") else 1)
         cells = {cell.name: cell for cell in cells_of(experiment, scale)}
         for _, planned in planned_comparisons(experiment, scale):
             sides = [[cells[name] for name in side] for side in (planned.a, planned.b)]
@@ -81,7 +85,7 @@ def test_every_relu_over_L_against_softmax_comparison_has_the_headline_seeds(sca
             if kinds == {"softmax", "relu/L"}:
                 found += 1
                 for cell in sides[0] + sides[1]:
-                    assert seeds_of(cell, DEFAULT_SEEDS[scale]) >= HEADLINE_SEEDS[scale], (experiment, cell.name)
+                    assert seeds_of(cell, DEFAULT_SEEDS[scale]) >= least, (experiment, cell.name)
     assert found >= 3  # alpha-sweep's two lengths, scaling's sizes, long-sequence's longest length
 
 
