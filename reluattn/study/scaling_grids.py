@@ -18,7 +18,8 @@ time-to-accuracy work's, takes the same 128 x 6 ViT to 76 % on one seed; their v
 from __future__ import annotations
 
 from .grids import WORTSMAN, size_key
-from .records import FEWER_HEADLINE_SEEDS, HEADLINE_SEEDS, MATCH_MARGIN, SLOPE_MARGIN, Cell, Claim, Experiment, Planned
+from .records import (FEWER_HEADLINE_SEEDS, HEADLINE_SEEDS, MATCH_MARGIN, SLOPE_MARGIN, Cell, Claim, Experiment,
+                      Planned)
 
 SCALING_LADDER = {  # (dim, depth, heads, mlp_dim)
     "smoke": [(8, 1, 2, 16), (16, 1, 2, 32), (16, 2, 2, 32)],

@@ -164,6 +164,10 @@ def test_the_fast_lr_grid_runs_cpu_fasts_recipe_at_three_rates_on_one_selection_
         assert (config.batch_size, config.epochs, config.warmup_epochs) == (preset.batch_size, preset.epochs,
                                                                              preset.warmup_epochs)
         assert config.model.attention.qk_norm and config.optimizer.learning_rate == cell.labels["lr"]
+        assert (config.optimizer.weight_decay, config.optimizer.clip_norm, config.label_smoothing,
+                config.augmentation) == (preset.optimizer.weight_decay, preset.optimizer.clip_norm,
+                                         preset.label_smoothing, preset.augmentation)
+        assert (config.model.dim, config.model.depth) == (cell.labels["dim"], cell.labels["depth"])
         assert (config.val_split, config.test_split) == (5000, 5000)
 
 
