@@ -99,11 +99,19 @@ def test_the_sweeps_first_line_counts_each_cells_own_seeds():
     assert sweep_module.grid_size(mixed, 25) == f"{len(mixed)} cells x 25 seeds"
 
 
-def test_the_pilot_grid_is_the_one_its_runs_were_trained_with():
-    """docs/run-logs/pilot/ holds the pilot's runs: each recorded command is the grid's, seed for seed."""
-    for record_path in sorted((ROOT / "docs" / "run-logs" / "pilot").glob("*/*/seed*/cell.json")):
+@pytest.mark.parametrize("scale", ["pilot", "cpu"])
+def test_each_scales_grid_is_the_one_its_committed_runs_were_trained_with(scale):
+    """docs/run-logs/<scale>/ holds that scale's runs: each recorded command is the grid's, seed for seed, so a
+    change to a grid (or to the flags every cell of a scale shares) after its runs shows here."""
+    records = sorted((ROOT / "docs" / "run-logs" / scale).glob("*/*/seed*/cell.json"))
+    assert len(records) >= (236 if scale == "pilot" else 800)
+    grids = {}
+    for record_path in records:
         record = json.loads(record_path.read_text())
-        (cell,) = [c for c in cells_of(record["experiment"], "pilot") if c.name == record["cell"]]
+        assert record_path.parts[-4] == record["experiment"] and record_path.parts[-3] == record["cell"]
+        if record["experiment"] not in grids:
+            grids[record["experiment"]] = {c.name: c for c in cells_of(record["experiment"], scale)}
+        cell = grids[record["experiment"]][record["cell"]]
         assert recorded_train_arguments(record["command"]) == train_arguments(cell, record["seed"]), record_path
         assert not is_stale(record, cell, record["seed"])
 
