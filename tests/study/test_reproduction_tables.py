@@ -1,5 +1,6 @@
-"""The long-sequence table of docs/reproduction.md is written by hand as its runs come in, a session at a time:
-every entry (mean ± sd (seeds), attention statistics) must be what the committed results.csv gives."""
+"""Tables of docs/reproduction.md written by hand as runs come in, a session at a time: every entry of the
+long-sequence table (mean ± sd (seeds), attention statistics) must be what the committed results.csv gives, and
+every count of the "Not run yet" table what `reluattn sweep ... --list` finds in the committed folders."""
 
 from __future__ import annotations
 
@@ -68,3 +69,36 @@ def test_a_stale_seed_count_on_the_page_is_caught():
                        "", "after the table"])
     written = {row[0]: row[1:] for row in table_rows(page, HEADER)}
     assert written["17"][1:] == expected["17"][1:] and written != expected
+
+
+NOT_RUN_HEADER = ("| experiment | cells | runs planned | finished | left | tokens, model | time per run "
+                  "| CPU time left |")
+
+
+def listed_counts(experiment: str, capsys) -> list[str]:
+    """Cells, runs planned, finished and left, as `reluattn sweep EXPERIMENT --scale cpu --list` counts the
+    committed folder; an experiment still waiting for its learning rates plans its cells x seeds, none run."""
+    from reluattn.cli import main
+    from reluattn.study.records import FEWER_HEADLINE_SEEDS, HEADLINE_SEEDS
+    out = ROOT / "docs" / "run-logs" / "cpu" / experiment
+    try:
+        assert main(["sweep", experiment, "--scale", "cpu", "--out", str(out), "--list"]) == 0
+    except SystemExit:  # the usage error of a grid whose rates are not chosen yet names its waiting cells
+        error = capsys.readouterr().err
+        assert "waits for its learning rates (" in error, error
+        assert not list(out.glob("*/seed*/cell.json")), f"{experiment} has runs before its rates were chosen"
+        cells = len(error.split("waits for its learning rates (")[1].split(")")[0].split(", "))
+        planned = cells * FEWER_HEADLINE_SEEDS.get(experiment, HEADLINE_SEEDS["cpu"])
+        return [str(cells), str(planned), "0", str(planned)]
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    cells, planned, finished = (int(word) for word in
+                                last.replace(",", " ").split() if word.isdigit())
+    return [str(cells), str(planned), str(finished), str(planned - finished)]
+
+
+def test_the_not_run_yet_table_counts_what_the_committed_folders_hold(capsys):
+    """The page's "Not run yet" table is updated by hand as runs are committed: a stale count fails here."""
+    rows = table_rows(PAGE.read_text(), NOT_RUN_HEADER)
+    assert len(rows) >= 9
+    for experiment, *counts in rows:
+        assert counts[:4] == listed_counts(experiment, capsys), experiment
