@@ -15,25 +15,32 @@ if importlib.util.find_spec("ipywidgets") is not None:
 else:
     from tqdm.std import tqdm
 
-__all__ = ["tqdm", "seconds_left", "time_to_go", "duration"]
+__all__ = ["tqdm", "seconds_left", "time_left", "time_to_go", "duration"]
 
 
-def seconds_left(remaining, seconds: dict, default: float) -> float:
-    """The remaining runs' time: each at the mean time of its cell's finished runs (cells differ tens of times
-    in cost, so one average over all runs misleads), `default` for a cell with none finished yet."""
-    return sum(sum(seconds[c.name]) / len(seconds[c.name]) if seconds.get(c.name) else default
-               for c, _ in remaining)
+def seconds_left(remaining, seconds: dict) -> float:
+    """The remaining runs' time, each at the mean time of its cell's finished runs (cells differ tens of times
+    in cost, so one average over all runs misleads); a run of a cell with none finished counts nothing."""
+    return sum(sum(seconds[c.name]) / len(seconds[c.name]) for c, _ in remaining if seconds.get(c.name))
+
+
+def time_left(remaining, seconds: dict) -> str:
+    """What a sweep has left, by the times (`seconds`) of the runs finished on this machine: the runs of timed
+    cells as a duration, the others counted and not guessed (a sweep's larger cells tend to come last, so the
+    pace of its first runs would understate them)."""
+    if not remaining:
+        return "nothing left"
+    timed = [(cell, seed) for cell, seed in remaining if seconds.get(cell.name)]
+    untimed = len(remaining) - len(timed)
+    if not timed:
+        return f"{untimed} run{'s' * (untimed != 1)} left, in cells no run on this machine has timed yet"
+    return (f"about {duration(seconds_left(timed, seconds))} left by this machine's finished runs"
+            + (f", and {untimed} run{'s' * (untimed != 1)} in cells not timed here yet" if untimed else ""))
 
 
 def time_to_go(remaining, seconds: dict) -> str:
-    """A sweep's first estimate, as " (...)": the remaining runs of cells with a run finished on this machine,
-    at those runs' times (`seconds`); "" when nothing remains."""
-    timed = [(cell, seed) for cell, seed in remaining if seconds.get(cell.name)]
-    if not remaining or not timed:
-        return " (no run finished on this machine to time them by yet)" if remaining else ""
-    untimed = len(remaining) - len(timed)
-    return (f" (about {duration(seconds_left(timed, seconds, 0.0))} by this machine's finished runs"
-            + (f", and {untimed} in cells not timed here yet)" if untimed else ")"))
+    """A sweep's first estimate, as " (...)" (time_left); "" when nothing remains."""
+    return f" ({time_left(remaining, seconds)})" if remaining else ""
 
 
 def duration(seconds: float) -> str:

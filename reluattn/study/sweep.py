@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 from ..machine import machine_description
-from ..progress import duration, seconds_left, time_to_go
+from ..progress import time_left, time_to_go
 from ..training.files import TEMPORARY_MARK, write_atomically
 from ..training.run_folder import (CELL_RECORD, CONFIG_COPY, FEWSHOT, TRAIN_LOG, RunFolderError,
                                    RunFolderLock, remove_our_files)
@@ -230,7 +230,6 @@ def _run_pending(experiment, scale, out, data, pending, total, counts, progress,
     bar = _progress_bar(total, counts["skipped"], progress)
     Child.stop = None
     previous = {s: signal.signal(s, stop_requested) for s in STOP_SIGNALS}
-    started = time.time()
     try:
         for index, (cell, seed) in enumerate(pending):
             record = run_cell(experiment, cell, seed, run_dir_of(out, cell.name, seed), data, scale)
@@ -242,9 +241,8 @@ def _run_pending(experiment, scale, out, data, pending, total, counts, progress,
             counts[record["status"]] += 1
             if record["status"] == "done":
                 seconds.setdefault(cell.name, []).append(seconds_spent(run_dir_of(out, cell.name, seed), record))
-            left = seconds_left(pending[index + 1:], seconds, (time.time() - started) / (index + 1))
             line = (f"[{counts['skipped'] + index + 1}/{total}] {cell.name} seed {seed}: {record['status']}"
-                    f" in {record['sweep_seconds']:.0f} s; about {duration(left)} left")
+                    f" in {record['sweep_seconds']:.0f} s; {time_left(pending[index + 1:], seconds)}")
             if record["status"] == "failed":
                 line += f" ({record['error']})"
             if bar is not None:

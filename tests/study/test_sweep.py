@@ -225,8 +225,8 @@ def test_smoke_sweep_kill_and_rerun_gives_the_uninterrupted_table(dataset, cache
     rerun = _sweep([*common, "--out", killed], cache)
     output = rerun.communicate(timeout=600)[0]
     assert rerun.returncode == 0, output
-    assert "2 runs (2 cells x 1 seed), 1 already done, 1 to run (no run finished on this machine to time them by" \
-           " yet)" in output
+    assert "2 runs (2 cells x 1 seed), 1 already done, 1 to run (1 run left, in cells no run on this machine " \
+           "has timed yet)" in output
     assert "1 run, 1 skipped" in output
     log = (second / "train.log").read_text()
     assert "resuming" in log or "already complete" in log  # continued from its checkpoint, not from scratch
@@ -331,7 +331,8 @@ def test_a_kind_keeps_its_colour_in_every_panel():
 
 def test_the_time_left_counts_each_remaining_run_at_its_own_cells_pace(tmp_path, monkeypatch):
     """A sweep restarted after its cheap cells had printed hours too few: it averaged only its own runs, and
-    the long-sequence cells differ some 30 times in cost. Each remaining run now counts at its cell's mean."""
+    the long-sequence cells differ some 30 times in cost. Each remaining run now counts at its cell's mean, and
+    a run of a cell not timed yet is counted, not guessed at the pace of the (cheaper) runs before it."""
     cheap, dear, new = (Cell(name, {}, {}) for name in ("cheap", "dear", "new"))
     monkeypatch.setattr(sweep_module, "run_cell", lambda *args: {"status": "done", "sweep_seconds": 10.0})
     out = []
@@ -344,9 +345,11 @@ def test_the_time_left_counts_each_remaining_run_at_its_own_cells_pace(tmp_path,
     counts = {"done": 0, "failed": 0, "skipped": 3}
     sweep_module._run_pending("kv-memory", "smoke", tmp_path, None, pending, 7, counts, False, stdout, seconds)
     lines = "".join(out).splitlines()
-    # after cheap seed 1: dear at 3,500 s + cheap at (50 + 70) / 2 + new at this sweep's own pace (about 0 s)
-    assert lines[0] == "[4/7] cheap seed 1: done in 10 s; about 59 min 20 s left"
-    assert lines[1].endswith("about 1 min 00 s left") and lines[-1].endswith("about 0 min 00 s left")
+    # after cheap seed 1: dear at 3,500 s + cheap at (50 + 70) / 2; new counted
+    assert lines[0] == ("[4/7] cheap seed 1: done in 10 s; about 59 min 20 s left by this machine's finished "
+                        "runs, and 1 run in cells not timed here yet")
+    assert lines[2] == "[6/7] cheap seed 2: done in 10 s; 1 run left, in cells no run on this machine has timed yet"
+    assert lines[-1] == "[7/7] new seed 0: done in 10 s; nothing left"
     assert seconds["cheap"] == [50.0, 70.0, 10.0] and seconds["new"] == [10.0] and counts["done"] == 4
 
 
@@ -355,8 +358,8 @@ def test_a_sweeps_first_line_estimates_the_runs_of_timed_cells_and_counts_the_ot
     cheap, dear, new = (Cell(name, {}, {}) for name in ("cheap", "dear", "new"))
     seconds = {"cheap": [50.0, 70.0], "dear": [3000.0, 4000.0]}
     assert time_to_go([(cheap, 2), (dear, 2), (dear, 3)], seconds) == \
-        " (about 1 h 57 min by this machine's finished runs)"
+        " (about 1 h 57 min left by this machine's finished runs)"
     assert time_to_go([(dear, 2), (new, 0), (new, 1)], seconds) == \
-        " (about 58 min 20 s by this machine's finished runs, and 2 in cells not timed here yet)"
-    assert time_to_go([(new, 0)], seconds) == " (no run finished on this machine to time them by yet)"
+        " (about 58 min 20 s left by this machine's finished runs, and 2 runs in cells not timed here yet)"
+    assert time_to_go([(new, 0)], seconds) == " (1 run left, in cells no run on this machine has timed yet)"
     assert time_to_go([], seconds) == ""

@@ -284,8 +284,8 @@ def test_list_counts_each_cells_planned_seeds_and_the_finished_runs(tmp_path, ca
     assert lines[0].startswith(f"{cells[0].name} (2 seeds): reluattn train ")
     # and the time to go: the finished cell's seed 1 at its seed 0's 600 s, the other cells' runs counted
     assert lines[-1] == (f"learned-alpha at scale smoke: {len(cells)} cells, {2 * len(cells)} runs planned, "
-                         f"2 finished in {out} (about 10 min 00 s by this machine's finished runs, and "
-                         f"{2 * len(cells) - 3} in cells not timed here yet)")
+                         f"2 finished in {out} (about 10 min 00 s left by this machine's finished runs, "
+                         f"and {2 * len(cells) - 3} runs in cells not timed here yet)")
 
 
 # ------------------------------------------------------------------ --shard K/N: N processes share a grid
