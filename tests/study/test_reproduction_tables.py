@@ -5,6 +5,7 @@ every count of the "Not run yet" table what `reluattn sweep ... --list` finds in
 from __future__ import annotations
 
 import csv
+import re
 import statistics
 from collections import defaultdict
 from pathlib import Path
@@ -91,8 +92,8 @@ def listed_counts(experiment: str, capsys) -> list[str]:
         planned = cells * FEWER_HEADLINE_SEEDS.get(experiment, HEADLINE_SEEDS["cpu"])
         return [str(cells), str(planned), "0", str(planned)]
     last = capsys.readouterr().out.strip().splitlines()[-1]
-    cells, planned, finished = (int(word) for word in
-                                last.replace(",", " ").split() if word.isdigit())
+    # the counts only: the time to go after them holds numbers too where runs finished on this machine
+    cells, planned, finished = map(int, re.search(r"(\d+) cells, (\d+) runs planned, (\d+) finished", last).groups())
     return [str(cells), str(planned), str(finished), str(planned - finished)]
 
 
