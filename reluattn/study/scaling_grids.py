@@ -52,7 +52,10 @@ FAST_SELECTION_SEEDS = {"cpu": 1}  # scaling-fast-lr-grid: one seed per rate (10
 # SCALING_TUNED_RATES; empty until those runs exist (the smoke scale's are fixed, for trying the machinery only).
 SCALING_FAST_RATES: dict[str, dict[str, float]] = {
     "smoke": {size_key(d, n, kind): 1.5e-3 for d, n, _, _ in SCALING_LADDER["smoke"] for kind in KINDS},
-    "cpu": {},
+    # docs/run-logs/cpu/scaling-fast-lr-grid (all 24 runs, 2026-12-07); at the grid's edge, used as they are:
+    # 32 x 2 and 64 x 4 at 3e-3 (both kinds)
+    "cpu": {"d32x2-softmax": 3e-3, "d32x2-relu": 3e-3, "d64x4-softmax": 3e-3, "d64x4-relu": 3e-3,
+            "d96x6-softmax": 1.5e-3, "d96x6-relu": 1.5e-3, "d128x6-softmax": 1.5e-3, "d128x6-relu": 1.5e-3},
     "gpu": {},
 }
 RATE_TABLES = {"SCALING_TUNED_RATES": SCALING_TUNED_RATES, "SCALING_FAST_RATES": SCALING_FAST_RATES}

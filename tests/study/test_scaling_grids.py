@@ -136,16 +136,18 @@ def test_a_run_copied_in_from_another_experiment_is_refused_not_counted_done(tmp
         sweep.run_sweep("scaling-tuned", scale="smoke", seeds=1, out=out, progress=False, cells=[cell.name])
 
 
-def test_the_cpu_scales_tuned_rates_are_the_committed_lr_grids_choice(tmp_path):
-    """SCALING_TUNED_RATES["cpu"] was copied by hand from the committed grid's report: the report, rebuilt from
-    a copy of its runs, chooses the same rate for every size and kind and none waits, so a slip shows here."""
+@pytest.mark.parametrize("grid, table", [("scaling-lr-grid", "SCALING_TUNED_RATES"),
+                                         ("scaling-fast-lr-grid", "SCALING_FAST_RATES")])
+def test_the_cpu_scales_tuned_rates_are_the_committed_lr_grids_choice(tmp_path, grid, table):
+    """The cpu scale's rate tables were copied by hand from the committed grids' reports: each report, rebuilt
+    from a copy of its runs, chooses the same rate for every size and kind and none waits, so a slip shows here."""
     import shutil
     from reluattn.study.report import write_report
-    folder = tmp_path / "scaling-lr-grid"
-    shutil.copytree(ROOT / "docs" / "run-logs" / "cpu" / "scaling-lr-grid", folder)
-    result = write_report("scaling-lr-grid", folder, scale="cpu")
+    folder = tmp_path / grid
+    shutil.copytree(ROOT / "docs" / "run-logs" / "cpu" / grid, folder, ignore=shutil.ignore_patterns("checkpoints"))
+    result = write_report(grid, folder, scale="cpu")
     assert result["learning_rates_waiting"] == {}
-    assert result["chosen_learning_rates"] == scaling_grids.SCALING_TUNED_RATES["cpu"]
+    assert result["chosen_learning_rates"] == scaling_grids.RATE_TABLES[table]["cpu"]
 
 
 def test_the_fast_lr_grid_runs_cpu_fasts_recipe_at_three_rates_on_one_selection_seed():
