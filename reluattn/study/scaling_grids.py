@@ -49,7 +49,7 @@ FAST_RECIPE = {"--pool": "gap", "--token-keep": (0.5,), "--batch-size": 64, "--e
 FAST_LRS = (7.5e-4, 1.5e-3, 3e-3)  # cpu-fast's 1.5e-3 and a factor of two either side
 FAST_SELECTION_SEEDS = {"cpu": 1}  # scaling-fast-lr-grid: one seed per rate (100), for the CPU's cost
 # scaling-fast's rates, copied from `reluattn sweep scaling-fast-lr-grid --report` at that scale, as
-# SCALING_TUNED_RATES; empty until those runs exist (the smoke scale's are fixed, for trying the machinery only).
+# SCALING_TUNED_RATES (the smoke scale's are fixed, for trying the machinery only).
 SCALING_FAST_RATES: dict[str, dict[str, float]] = {
     "smoke": {size_key(d, n, kind): 1.5e-3 for d, n, _, _ in SCALING_LADDER["smoke"] for kind in KINDS},
     # docs/run-logs/cpu/scaling-fast-lr-grid (all 24 runs, 2026-12-07); at the grid's edge, used as they are:
